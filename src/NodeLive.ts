@@ -1,0 +1,35 @@
+import { Effect, Layer, Logger, LogLevel } from "effect"
+import { AppConfig } from "./config/AppConfig.js"
+import { DatabaseLive } from "./db/Database.js"
+import { MigrationsLive } from "./db/Migrations.js"
+import { HttpLive } from "./http/HttpLive.js"
+import { HousekeepingLive } from "./ops/Housekeeping.js"
+import { JobRunner } from "./ops/JobRunner.js"
+import { Lifecycle } from "./ops/Lifecycle.js"
+import { Metrics } from "./ops/Metrics.js"
+import { NodeMetricsLive } from "./ops/NodeMetrics.js"
+
+/** Structured logs at `LOG_LEVEL`, one JSON object a line unless `LOG_FORMAT=pretty`. */
+export const LoggingLive = Layer.unwrapEffect(
+  Effect.map(AppConfig, (config) =>
+    Layer.mergeAll(
+      config.logFormat === "json" ? Logger.json : Logger.pretty,
+      Logger.minimumLogLevel(
+        config.logLevel === "none" ? LogLevel.None : LogLevel.fromLiteral(
+          config.logLevel === "warning" ? "Warning" : (config.logLevel[0]!.toUpperCase() + config.logLevel.slice(1)) as LogLevel.Literal
+        )
+      )
+    ))
+)
+
+const NodeServices = Layer.mergeAll(Metrics.Default, Lifecycle.Default, JobRunner.Default)
+
+/**
+ * A whole node: database (migrated before anything serves), background jobs and HTTP. Layer
+ * finalizers run in reverse, which is the drain order: routes, then services, then the pool.
+ */
+export const NodeLive = Layer.mergeAll(HttpLive, HousekeepingLive, NodeMetricsLive).pipe(
+  Layer.provide(NodeServices),
+  Layer.provide(MigrationsLive),
+  Layer.provide(DatabaseLive)
+)

@@ -1,0 +1,93 @@
+import { Config, ConfigError, Effect, Either, Option, Redacted, Schema } from "effect"
+import { RateLimitTable } from "../domain/RateLimit.js"
+import { type Cidr, parseCidr } from "./NetworkList.js"
+
+const positiveInt = (name: string, fallback: number) =>
+  Config.integer(name).pipe(
+    Config.validate({ message: "must be a positive integer", validation: (n) => n > 0 }),
+    Config.withDefault(fallback)
+  )
+
+const nonNegativeInt = (name: string, fallback: number) =>
+  Config.integer(name).pipe(
+    Config.validate({ message: "must be a non-negative integer", validation: (n) => n >= 0 }),
+    Config.withDefault(fallback)
+  )
+
+/** A comma-separated list of IPs/CIDRs; one malformed entry stops the node. */
+const cidrList = (name: string, fallback: string) =>
+  Config.string(name).pipe(
+    Config.withDefault(fallback),
+    Config.mapOrFail((text) => {
+      const entries = text.split(",").map((s) => s.trim()).filter((s) => s.length > 0)
+      const parsed: Array<Cidr> = []
+      for (const entry of entries) {
+        const cidr = parseCidr(entry)
+        if (cidr === undefined) {
+          return Either.left(ConfigError.InvalidData([], `malformed IP or CIDR "${entry}"`))
+        }
+        parsed.push(cidr)
+      }
+      return Either.right(parsed as ReadonlyArray<Cidr>)
+    })
+  )
+
+const port = Config.port("PORT").pipe(Config.withDefault(4000))
+
+const logLevel = Config.literal("trace", "debug", "info", "warning", "error", "fatal", "none")("LOG_LEVEL").pipe(
+  Config.withDefault("info" as const)
+)
+
+/** Every environment variable of CONTRACT.md §1, read once. */
+export class AppConfig extends Effect.Service<AppConfig>()("parley/AppConfig", {
+  effect: Config.all({
+    port,
+    host: Config.string("HOST").pipe(Config.withDefault("0.0.0.0")),
+    databaseUrl: Config.option(Config.redacted("DATABASE_URL")),
+    dataDir: Config.string("DATA_DIR").pipe(Config.withDefault("./data")),
+    // Validate first, then redact: validating a Config.redacted loses the variable name.
+    adminApiToken: Config.string("ADMIN_API_TOKEN").pipe(
+      Config.validate({ message: "must be at least 32 characters", validation: (s) => s.length >= 32 }),
+      Config.map(Redacted.make),
+      Config.option
+    ),
+    adminIpAllowlist: cidrList("ADMIN_IP_ALLOWLIST", "127.0.0.1/8,::1/128"),
+    trustedProxies: cidrList("TRUSTED_PROXIES", ""),
+    tokenSigningKey: Config.string("TOKEN_SIGNING_KEY").pipe(
+      Config.validate({ message: "must be at least 32 characters", validation: (s) => s.length >= 32 }),
+      Config.map(Redacted.make),
+      Config.option
+    ),
+    tokenTtlSeconds: positiveInt("TOKEN_TTL_SECONDS", 1800),
+    tokenRotationGraceSeconds: nonNegativeInt("TOKEN_ROTATION_GRACE_SECONDS", 30),
+    legacyTokenTtlSeconds: positiveInt("LEGACY_TOKEN_TTL_SECONDS", 3600),
+    publishableResumeTtlSeconds: positiveInt("PUBLISHABLE_RESUME_TTL_SECONDS", 604800),
+    apiKeyRotationGraceSeconds: nonNegativeInt("API_KEY_ROTATION_GRACE_SECONDS", 86400),
+    conversationIdleCloseSeconds: positiveInt("CONVERSATION_IDLE_CLOSE_SECONDS", 86400),
+    conversationExpiryCheckSeconds: positiveInt("CONVERSATION_EXPIRY_CHECK_SECONDS", 3600),
+    sseHeartbeatMs: positiveInt("SSE_HEARTBEAT_MS", 30000),
+    socketIdleTimeoutMs: positiveInt("SOCKET_IDLE_TIMEOUT_MS", 60000),
+    rateLimits: Config.option(Schema.Config("RATE_LIMITS", RateLimitTable)),
+    rateLimitSyncMs: positiveInt("RATE_LIMIT_SYNC_MS", 100),
+    webhookAllowedHosts: Config.string("WEBHOOK_ALLOWED_HOSTS").pipe(
+      Config.withDefault(""),
+      Config.map((text) => text.split(",").map((s) => s.trim().toLowerCase()).filter((s) => s.length > 0))
+    ),
+    uploadMaxBytes: positiveInt("UPLOAD_MAX_BYTES", 10485760),
+    channelHealthIntervalSeconds: positiveInt("CHANNEL_HEALTH_INTERVAL_SECONDS", 300),
+    drainRefuseMs: nonNegativeInt("DRAIN_REFUSE_MS", 5000),
+    drainBatchSize: positiveInt("DRAIN_BATCH_SIZE", 500),
+    drainBatchIntervalMs: nonNegativeInt("DRAIN_BATCH_INTERVAL_MS", 1000),
+    drainMaxMs: positiveInt("DRAIN_MAX_MS", 30000),
+    metricsToken: Config.option(Config.redacted("METRICS_TOKEN")),
+    logLevel,
+    logFormat: Config.literal("json", "pretty")("LOG_FORMAT").pipe(Config.withDefault("json" as const)),
+    clusterRunnerHost: Config.string("CLUSTER_RUNNER_HOST").pipe(Config.withDefault("127.0.0.1")),
+    // Config.option is None only when the variable is missing; an invalid value still fails.
+    clusterRunnerPort: Config.all([port, Config.option(Config.port("CLUSTER_RUNNER_PORT"))]).pipe(
+      Config.map(([p, explicit]) => Option.getOrElse(explicit, () => p + 1000))
+    ),
+    clusterShardLockExpirationMs: positiveInt("CLUSTER_SHARD_LOCK_EXPIRATION_MS", 6000),
+    clusterEntityTerminationTimeoutMs: positiveInt("CLUSTER_ENTITY_TERMINATION_TIMEOUT_MS", 3000)
+  })
+}) {}

@@ -1,0 +1,39 @@
+import ipaddr from "ipaddr.js"
+
+/** A parsed IP range; a bare address is a range of one. */
+export type Cidr = readonly [ipaddr.IPv4 | ipaddr.IPv6, number]
+
+/** Parses `1.2.3.4`, `10.0.0.0/8`, `::1/128`; undefined when malformed. */
+export const parseCidr = (text: string): Cidr | undefined => {
+  const trimmed = text.trim()
+  try {
+    if (trimmed.includes("/")) {
+      const [address, bits] = ipaddr.parseCIDR(trimmed)
+      return [address, bits]
+    }
+    const address = ipaddr.parse(trimmed)
+    return [address, address.kind() === "ipv4" ? 32 : 128]
+  } catch {
+    return undefined
+  }
+}
+
+/** Normalises IPv4-mapped IPv6 (`::ffff:1.2.3.4`) to IPv4 so ranges of either family match. */
+export const parseAddress = (text: string): ipaddr.IPv4 | ipaddr.IPv6 | undefined => {
+  if (!ipaddr.isValid(text)) return undefined
+  const address = ipaddr.parse(text)
+  return address.kind() === "ipv6" && (address as ipaddr.IPv6).isIPv4MappedAddress()
+    ? (address as ipaddr.IPv6).toIPv4Address()
+    : address
+}
+
+/** True when the address lies in any of the ranges. */
+export const inRanges = (address: string, ranges: ReadonlyArray<Cidr>): boolean => {
+  const parsed = parseAddress(address)
+  if (parsed === undefined) return false
+  return ranges.some(([range, bits]) => {
+    const candidate = range.kind() === "ipv4" && parsed.kind() === "ipv6" ? undefined : parsed
+    if (candidate === undefined || candidate.kind() !== range.kind()) return false
+    return candidate.match([range, bits] as [typeof range, number])
+  })
+}

@@ -1,0 +1,115 @@
+import { PgClient } from "@effect/sql-pg"
+import { SqlError } from "@effect/sql/SqlError"
+import { PGlite } from "@electric-sql/pglite"
+import { PGLiteSocketServer } from "@electric-sql/pglite-socket"
+import { Context, Effect, Layer, Option, Redacted } from "effect"
+import { mkdirSync } from "node:fs"
+import { createServer } from "node:net"
+import { resolve } from "node:path"
+import Pg from "pg"
+import { AppConfig } from "../config/AppConfig.js"
+import { MeasuredPool } from "./MeasuredPool.js"
+import { parseTimestamptz } from "./Timestamp.js"
+
+/** The node's connection pool, for readiness and metrics. */
+export class DatabasePool extends Context.Tag("parley/DatabasePool")<
+  DatabasePool,
+  { readonly pool: MeasuredPool; readonly embedded: boolean }
+>() {}
+
+const TIMESTAMPTZ_OID = 1184
+
+/** Timestamps keep their microseconds; every other type is parsed as pg does. */
+const types: Pg.CustomTypesConfig = {
+  getTypeParser: ((oid: number, format?: "text" | "binary") =>
+    oid === TIMESTAMPTZ_OID && format !== "binary"
+      ? parseTimestamptz
+      : Pg.types.getTypeParser(oid, format ?? "text")) as Pg.CustomTypesConfig["getTypeParser"]
+}
+
+const POOL_SIZE = 10
+const EMBEDDED_POOL_SIZE = 4
+
+const freePort = Effect.async<number, SqlError>((resume) => {
+  const server = createServer()
+  server.once("error", (cause) => resume(Effect.fail(new SqlError({ cause, message: "no free port" }))))
+  server.listen(0, "127.0.0.1", () => {
+    const address = server.address()
+    const port = typeof address === "object" && address !== null ? address.port : 0
+    server.close(() => resume(Effect.succeed(port)))
+  })
+})
+
+const acquirePool = (options: Pg.PoolConfig) =>
+  Effect.acquireRelease(
+    Effect.sync(() => new MeasuredPool({ ...options, types })),
+    (pool) => Effect.promise(() => pool.end().catch(() => undefined))
+  )
+
+/**
+ * PGlite behind a local socket so that `pg` (and @effect/cluster) talk to it as to any server.
+ * Everything is serialised in one session, so the socket server must accept more connections than
+ * the pool opens (its default of one hangs).
+ */
+const embeddedServer = (dataDir: string) =>
+  Effect.gen(function*() {
+    const directory = resolve(dataDir, "pglite")
+    mkdirSync(directory, { recursive: true })
+    const db = yield* Effect.acquireRelease(
+      Effect.tryPromise({
+        try: () => PGlite.create(directory),
+        catch: (cause) => new SqlError({ cause, message: `cannot open the embedded database in ${directory}` })
+      }),
+      (db) => Effect.promise(() => db.close().catch(() => undefined))
+    )
+    const port = yield* freePort
+    yield* Effect.acquireRelease(
+      Effect.tryPromise({
+        try: async () => {
+          const server = new PGLiteSocketServer({ db, host: "127.0.0.1", port, maxConnections: EMBEDDED_POOL_SIZE + 8 })
+          await server.start()
+          return server
+        },
+        catch: (cause) => new SqlError({ cause, message: "cannot start the embedded database socket" })
+      }),
+      (server) => Effect.promise(() => server.stop().catch(() => undefined))
+    )
+    return port
+  })
+
+/** The node's pool: `DATABASE_URL`, or the embedded database under `DATA_DIR`. */
+const PoolLive = Layer.scoped(
+  DatabasePool,
+  Effect.gen(function*() {
+    const config = yield* AppConfig
+    if (Option.isSome(config.databaseUrl)) {
+      const pool = yield* acquirePool({
+        connectionString: Redacted.value(config.databaseUrl.value),
+        max: POOL_SIZE,
+        application_name: "parley"
+      })
+      return { pool, embedded: false }
+    }
+    const port = yield* embeddedServer(config.dataDir)
+    const pool = yield* acquirePool({
+      host: "127.0.0.1",
+      port,
+      user: "postgres",
+      database: "postgres",
+      max: EMBEDDED_POOL_SIZE
+    })
+    return { pool, embedded: true }
+  })
+)
+
+const ClientLive = Layer.unwrapEffect(
+  Effect.map(DatabasePool, ({ pool }) =>
+    PgClient.layerFromPool({
+      acquire: Effect.succeed(pool),
+      applicationName: "parley",
+      types
+    }))
+)
+
+/** `SqlClient`, `PgClient` and `DatabasePool` for the configured database. */
+export const DatabaseLive = ClientLive.pipe(Layer.provideMerge(PoolLive))

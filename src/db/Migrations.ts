@@ -1,0 +1,14 @@
+import { NodeContext } from "@effect/platform-node"
+import { PgMigrator } from "@effect/sql-pg"
+import { Layer } from "effect"
+import foundation from "../../migrations/0001_foundation.js"
+
+/** Every shipped migration, by name; readiness reports any that is not applied. */
+export const migrations = {
+  "0001_foundation": foundation
+} as const
+
+/** Applies pending migrations at start; PgMigrator locks its table, so concurrent nodes are safe. */
+export const MigrationsLive = PgMigrator.layer({
+  loader: PgMigrator.fromRecord(migrations)
+}).pipe(Layer.provide(NodeContext.layer))

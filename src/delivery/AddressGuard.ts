@@ -1,0 +1,104 @@
+import { Data, Effect } from "effect"
+import { lookup } from "node:dns/promises"
+import ipaddr from "ipaddr.js"
+import { AppConfig } from "../config/AppConfig.js"
+import { type Cidr, inRanges, parseCidr } from "../config/NetworkList.js"
+
+/** Why a webhook target was refused. */
+export class AddressRejected extends Data.TaggedError("AddressRejected")<{ readonly reason: string }> {}
+
+/**
+ * True for an address that is public unicast. ipaddr.js names every special range; we accept only
+ * `unicast`, so private, loopback, link-local, CGNAT, documentation, benchmarking, multicast, reserved,
+ * unique-local, site-local and IPv4-embedding ranges (6to4, Teredo, NAT64) are all refused.
+ * IPv4-mapped IPv6 is judged as the IPv4 address it carries.
+ */
+export const isPublicAddress = (text: string): boolean => {
+  if (!ipaddr.isValid(text)) return false
+  let address = ipaddr.parse(text)
+  if (address.kind() === "ipv6" && (address as ipaddr.IPv6).isIPv4MappedAddress()) {
+    address = (address as ipaddr.IPv6).toIPv4Address()
+  }
+  return address.range() === "unicast"
+}
+
+interface AllowList {
+  readonly hosts: ReadonlyArray<string>
+  readonly suffixes: ReadonlyArray<string>
+  readonly ranges: ReadonlyArray<Cidr>
+}
+
+const parseAllowList = (entries: ReadonlyArray<string>): AllowList => {
+  const hosts: Array<string> = []
+  const suffixes: Array<string> = []
+  const ranges: Array<Cidr> = []
+  for (const entry of entries) {
+    const cidr = parseCidr(entry)
+    if (cidr !== undefined) ranges.push(cidr)
+    else if (entry.startsWith("*.")) suffixes.push(entry.slice(1))
+    else hosts.push(entry)
+  }
+  return { hosts, suffixes, ranges }
+}
+
+const stripBrackets = (host: string) => host.startsWith("[") && host.endsWith("]") ? host.slice(1, -1) : host
+
+/**
+ * Decides whether an outbound URL may be called: at save time and before every request. Operators
+ * may allow chosen hosts (`WEBHOOK_ALLOWED_HOSTS`: exact host, `*.` wildcard, IP or CIDR).
+ */
+export class AddressGuard extends Effect.Service<AddressGuard>()("parley/AddressGuard", {
+  effect: Effect.gen(function*() {
+    const config = yield* AppConfig
+    const allow = parseAllowList(config.webhookAllowedHosts)
+
+    const hostAllowed = (host: string) =>
+      allow.hosts.includes(host) || allow.suffixes.some((suffix) => host.endsWith(suffix) && host.length > suffix.length)
+
+    const addressAllowed = (address: string) => isPublicAddress(address) || inRanges(address, allow.ranges)
+
+    /** Parses and checks the URL's shape and literal host; no DNS. */
+    const parse = (raw: string) =>
+      Effect.gen(function*() {
+        const url = yield* Effect.try({
+          try: () => new URL(raw),
+          catch: () => new AddressRejected({ reason: "is not a valid URL" })
+        })
+        if (url.protocol !== "http:" && url.protocol !== "https:") {
+          return yield* new AddressRejected({ reason: "must use http or https" })
+        }
+        if (url.username !== "" || url.password !== "") {
+          return yield* new AddressRejected({ reason: "must not carry credentials" })
+        }
+        const host = stripBrackets(url.hostname.toLowerCase())
+        return { url, host }
+      })
+
+    /**
+     * Resolves the host and returns the addresses a request may be pinned to. A host that does not
+     * resolve yields no addresses (accepted at save time, failed at delivery until it resolves).
+     */
+    const check = (raw: string) =>
+      Effect.gen(function*() {
+        const { host, url } = yield* parse(raw)
+        if (ipaddr.isValid(host)) {
+          if (!addressAllowed(host)) return yield* new AddressRejected({ reason: "points to a non-public address" })
+          return { url, addresses: [host] as ReadonlyArray<string> }
+        }
+        if (host === "localhost" || host.endsWith(".localhost")) {
+          if (!hostAllowed(host)) return yield* new AddressRejected({ reason: "points to a non-public address" })
+        }
+        const resolved = yield* Effect.tryPromise(() => lookup(host, { all: true, verbatim: true })).pipe(
+          Effect.map((entries) => entries.map((entry) => entry.address)),
+          Effect.orElseSucceed((): ReadonlyArray<string> => [])
+        )
+        if (hostAllowed(host)) return { url, addresses: resolved }
+        if (resolved.some((address) => !addressAllowed(address))) {
+          return yield* new AddressRejected({ reason: "resolves to a non-public address" })
+        }
+        return { url, addresses: resolved }
+      })
+
+    return { check } as const
+  })
+}) {}

@@ -1,0 +1,163 @@
+import { HttpApiSchema } from "@effect/platform"
+import { Schema } from "effect"
+
+/** Per-field validation messages: `{field: [message, …]}`. */
+export const FieldErrors = Schema.Record({ key: Schema.String, value: Schema.Array(Schema.String) })
+export type FieldErrors = typeof FieldErrors.Type
+
+/** What the edge needs to render any client-visible error as the envelope. */
+export interface WireError {
+  readonly code: string
+  readonly message: string
+  readonly wireDetails: Record<string, unknown> | null
+}
+
+
+export class BadRequest extends Schema.TaggedError<BadRequest>()("BadRequest", {
+  message: Schema.String
+}, HttpApiSchema.annotations({ status: 400 })) implements WireError {
+  readonly code = "bad_request"
+  readonly wireDetails = null
+}
+
+export class InvalidWatermark extends Schema.TaggedError<InvalidWatermark>()("InvalidWatermark", {
+  message: Schema.String
+}, HttpApiSchema.annotations({ status: 400 })) implements WireError {
+  readonly code = "invalid_watermark"
+  readonly wireDetails = null
+}
+
+export class Unauthorized extends Schema.TaggedError<Unauthorized>()("Unauthorized", {
+  message: Schema.String
+}, HttpApiSchema.annotations({ status: 401 })) implements WireError {
+  readonly code = "unauthorized"
+  readonly wireDetails = null
+}
+
+export class Forbidden extends Schema.TaggedError<Forbidden>()("Forbidden", {
+  message: Schema.String
+}, HttpApiSchema.annotations({ status: 403 })) implements WireError {
+  readonly code = "forbidden"
+  readonly wireDetails = null
+}
+
+/** An API key lacks a scope the route needs. */
+export class InsufficientScope extends Schema.TaggedError<InsufficientScope>()("InsufficientScope", {
+  message: Schema.String,
+  required: Schema.Array(Schema.String)
+}, HttpApiSchema.annotations({ status: 403 })) implements WireError {
+  readonly code = "insufficient_scope"
+  get wireDetails() {
+    return { required: this.required }
+  }
+}
+
+export class NotFound extends Schema.TaggedError<NotFound>()("NotFound", {
+  message: Schema.String
+}, HttpApiSchema.annotations({ status: 404 })) implements WireError {
+  readonly code = "not_found"
+  readonly wireDetails = null
+}
+
+export class MethodNotAllowed extends Schema.TaggedError<MethodNotAllowed>()("MethodNotAllowed", {
+  message: Schema.String
+}, HttpApiSchema.annotations({ status: 405 })) implements WireError {
+  readonly code = "method_not_allowed"
+  readonly wireDetails = null
+}
+
+export class NotAcceptable extends Schema.TaggedError<NotAcceptable>()("NotAcceptable", {
+  message: Schema.String
+}, HttpApiSchema.annotations({ status: 406 })) implements WireError {
+  readonly code = "not_acceptable"
+  readonly wireDetails = null
+}
+
+export class Conflict extends Schema.TaggedError<Conflict>()("Conflict", {
+  message: Schema.String
+}, HttpApiSchema.annotations({ status: 409 })) implements WireError {
+  readonly code = "conflict"
+  readonly wireDetails = null
+}
+
+export class ConversationClosed extends Schema.TaggedError<ConversationClosed>()("ConversationClosed", {
+  message: Schema.String
+}, HttpApiSchema.annotations({ status: 409 })) implements WireError {
+  readonly code = "conversation_closed"
+  readonly wireDetails = null
+}
+
+/** `If-Match` named another version of the resource. */
+export class PreconditionFailed extends Schema.TaggedError<PreconditionFailed>()("PreconditionFailed", {
+  message: Schema.String,
+  current_etag: Schema.String
+}, HttpApiSchema.annotations({ status: 412 })) implements WireError {
+  readonly code = "precondition_failed"
+  get wireDetails() {
+    return { current_etag: this.current_etag }
+  }
+}
+
+export class PayloadTooLarge extends Schema.TaggedError<PayloadTooLarge>()("PayloadTooLarge", {
+  message: Schema.String,
+  max_bytes: Schema.Number
+}, HttpApiSchema.annotations({ status: 413 })) implements WireError {
+  readonly code = "payload_too_large"
+  get wireDetails() {
+    return { max_bytes: this.max_bytes }
+  }
+}
+
+/** An activity failed validation; `fields` maps stored field names to messages. */
+export class InvalidMessage extends Schema.TaggedError<InvalidMessage>()("InvalidMessage", {
+  message: Schema.String,
+  fields: FieldErrors
+}, HttpApiSchema.annotations({ status: 422 })) implements WireError {
+  readonly code = "invalid_message"
+  get wireDetails() {
+    return this.fields
+  }
+}
+
+/** A resource other than an activity failed validation. */
+export class ValidationFailed extends Schema.TaggedError<ValidationFailed>()("ValidationFailed", {
+  message: Schema.String,
+  fields: FieldErrors
+}, HttpApiSchema.annotations({ status: 422 })) implements WireError {
+  readonly code = "validation_failed"
+  get wireDetails() {
+    return this.fields
+  }
+}
+
+export class RateLimited extends Schema.TaggedError<RateLimited>()("RateLimited", {
+  message: Schema.String,
+  retry_after_ms: Schema.Number
+}, HttpApiSchema.annotations({ status: 429 })) implements WireError {
+  readonly code = "rate_limited"
+  get wireDetails() {
+    return { retry_after_ms: this.retry_after_ms }
+  }
+}
+
+/** Retry later; nothing was committed. */
+export class Unavailable extends Schema.TaggedError<Unavailable>()("Unavailable", {
+  message: Schema.String,
+  reason: Schema.Literal("draining", "database_unavailable", "delivery_enqueue_failed", "cluster_unavailable"),
+  retry_after_ms: Schema.optional(Schema.Number)
+}, HttpApiSchema.annotations({ status: 503 })) implements WireError {
+  readonly code = "unavailable"
+  get wireDetails() {
+    return this.retry_after_ms === undefined
+      ? { reason: this.reason }
+      : { reason: this.reason, retry_after_ms: this.retry_after_ms }
+  }
+}
+
+/** 503 for a failed database call: retry after about a second (jittered up to twice that). */
+export const databaseUnavailable = () =>
+  new Unavailable({
+    message: "the database is unavailable, retry later",
+    reason: "database_unavailable",
+    retry_after_ms: 1000 + Math.floor(Math.random() * 1000)
+  })

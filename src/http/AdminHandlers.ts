@@ -1,0 +1,56 @@
+import { HttpApiBuilder } from "@effect/platform"
+import { Effect, Option } from "effect"
+import { CurrentActor } from "../auth/Actor.js"
+import { allScopes } from "../domain/ApiKey.js"
+import { ApiKeys } from "../tenants/ApiKeys.js"
+import { Tenants } from "../tenants/Tenants.js"
+import { withETag } from "./ETag.js"
+import { ParleyApi } from "./ParleyApi.js"
+
+export const AdminHandlers = HttpApiBuilder.group(ParleyApi, "admin", (handlers) =>
+  Effect.gen(function*() {
+    const tenants = yield* Tenants
+    const apiKeys = yield* ApiKeys
+    const update = ({ headers, path, payload }: {
+      readonly path: { readonly id: string }
+      readonly headers: { readonly "if-match"?: string | undefined }
+      readonly payload: { readonly tenant: Parameters<typeof tenants.update>[1] }
+    }) =>
+      CurrentActor.pipe(
+        Effect.flatMap((actor) => tenants.update(path.id, payload.tenant, Option.fromNullable(headers["if-match"]), actor)),
+        Effect.flatMap(withETag)
+      )
+    return handlers
+      .handle("listTenants", () => tenants.list().pipe(Effect.map((data) => ({ data }))))
+      .handle("createTenant", ({ payload }) =>
+        CurrentActor.pipe(
+          Effect.flatMap((actor) => tenants.create(payload.tenant, actor)),
+          Effect.flatMap(({ apiKey, tenant }) => withETag({ ...tenant, api_key: apiKey }))
+        ))
+      .handle("getTenant", ({ path }) => tenants.get(path.id).pipe(Effect.flatMap(withETag)))
+      .handle("putTenant", update)
+      .handle("patchTenant", update)
+      .handle("deleteTenant", ({ headers, path }) =>
+        CurrentActor.pipe(
+          Effect.flatMap((actor) => tenants.remove(path.id, Option.fromNullable(headers["if-match"]), actor))
+        ))
+      .handle("rotateApiKey", ({ path }) =>
+        CurrentActor.pipe(
+          Effect.flatMap((actor) => tenants.rotateApiKey(path.id, actor)),
+          Effect.map(({ apiKey, tenant }) => ({ data: { ...tenant, api_key: apiKey } }))
+        ))
+      .handle("listApiKeys", ({ path }) =>
+        tenants.get(path.tenant_id).pipe(
+          Effect.zipRight(apiKeys.list(path.tenant_id)),
+          Effect.map((data) => ({ data }))
+        ))
+      .handle("createApiKey", ({ path, payload }) =>
+        Effect.gen(function*() {
+          const actor = yield* CurrentActor
+          yield* tenants.get(path.tenant_id)
+          const { apiKey, key } = yield* apiKeys.issue(path.tenant_id, payload.api_key, allScopes, actor)
+          return { data: { ...apiKey, key } }
+        }))
+      .handle("revokeApiKey", ({ path }) =>
+        CurrentActor.pipe(Effect.flatMap((actor) => apiKeys.revoke(path.tenant_id, path.id, actor))))
+  }))

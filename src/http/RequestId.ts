@@ -1,0 +1,12 @@
+import { Context } from "effect"
+
+/** The id of the request being served; the edge sets it, the envelope and logs read it. */
+export class RequestId extends Context.Reference<RequestId>()("parley/RequestId", {
+  defaultValue: (): string | null => null
+}) {}
+
+const sane = /^[A-Za-z0-9._:@\-]{1,128}$/
+
+/** Echoes a client's `x-request-id` when it is short and plain, otherwise makes one. */
+export const requestIdFrom = (header: string | undefined): string =>
+  header !== undefined && sane.test(header) ? header : crypto.randomUUID()

@@ -1,0 +1,39 @@
+import { NodeRuntime } from "@effect/platform-node"
+import { ConfigError, Console, Effect, Layer } from "effect"
+import { AppConfig } from "./config/AppConfig.js"
+import { LoggingLive, NodeLive } from "./NodeLive.js"
+
+/** One line per wrong variable: `PORT: Expected an integer value but received abc`. */
+const describe = (error: ConfigError.ConfigError): ReadonlyArray<string> => {
+  switch (error._op) {
+    case "And":
+    case "Or":
+      return [...describe(error.left), ...describe(error.right)]
+    case "InvalidData":
+    case "MissingData":
+    case "SourceUnavailable":
+    case "Unsupported":
+      return [`${error.path.join(".")}: ${error.message}`]
+  }
+}
+
+/** After a stop signal the process exits within `DRAIN_MAX_MS`, whatever is still open. */
+const armDrainDeadline = Effect.gen(function*() {
+  const { drainMaxMs } = yield* AppConfig
+  const arm = () => setTimeout(() => process.exit(0), drainMaxMs).unref()
+  process.once("SIGTERM", arm)
+  process.once("SIGINT", arm)
+})
+
+const program = Effect.gen(function*() {
+  yield* armDrainDeadline
+  return yield* Layer.launch(NodeLive.pipe(Layer.provide(LoggingLive)))
+}).pipe(
+  Effect.provide(AppConfig.Default),
+  Effect.catchIf(ConfigError.isConfigError, (error) =>
+    Console.error(`parley: invalid configuration: ${describe(error).join("; ")}`).pipe(
+      Effect.zipRight(Effect.sync(() => process.exit(1)))
+    ))
+)
+
+NodeRuntime.runMain(program, { disablePrettyLogger: true })

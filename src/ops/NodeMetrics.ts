@@ -1,0 +1,24 @@
+import { Effect, Layer } from "effect"
+import { DatabasePool } from "../db/Database.js"
+import { Lifecycle } from "./Lifecycle.js"
+import { Metrics } from "./Metrics.js"
+
+/** Database pool figures and drain state, read at every scrape. */
+export const NodeMetricsLive = Layer.effectDiscard(
+  Effect.gen(function*() {
+    const metrics = yield* Metrics
+    const { pool } = yield* DatabasePool
+    const lifecycle = yield* Lifecycle
+    let draining = false
+    yield* Effect.forkDaemon(lifecycle.awaitDrain.pipe(Effect.tap(() => Effect.sync(() => (draining = true)))))
+    metrics.gauge("parley_db_pool_connections", "Open connections of the database pool", () => pool.totalCount)
+    metrics.gauge("parley_db_pool_idle_connections", "Idle connections of the database pool", () => pool.idleCount)
+    metrics.gauge("parley_db_pool_waiting_requests", "Requests waiting for a pool connection", () => pool.waitingCount)
+    metrics.gauge(
+      "parley_db_pool_wait_seconds_avg",
+      "Average pool checkout wait over the last 5 s",
+      () => pool.averageWaitMs(5000) / 1000
+    )
+    metrics.gauge("parley_draining", "1 while the node drains", () => (draining ? 1 : 0))
+  })
+)

@@ -1,0 +1,77 @@
+import { SqlClient } from "@effect/sql"
+import { Duration, Effect, Exit } from "effect"
+import { DatabasePool } from "../db/Database.js"
+import { migrations } from "../db/Migrations.js"
+import { JobRunner } from "./JobRunner.js"
+import { Lifecycle } from "./Lifecycle.js"
+
+type Check = "ok" | "error"
+
+/** The readiness report of server-apis.md "Health probes". */
+export interface ReadinessReport {
+  readonly status: "ready" | "draining" | "degraded" | "unavailable"
+  readonly checks: {
+    readonly database: Check
+    readonly job_runner: Check
+    readonly draining: Check
+    readonly migrations: Check
+    readonly pool: Check
+  }
+  readonly reasons: ReadonlyArray<string>
+}
+
+/** Pool checkouts that wait this long on average over the last 5 s make the node `degraded`. */
+export const POOL_WAIT_LIMIT_MS = 200
+const POOL_WINDOW_MS = 5000
+const DATABASE_TIMEOUT = Duration.seconds(1)
+
+const shippedMigrationIds = Object.keys(migrations).map((name) => Number(name.split("_")[0]))
+
+export class Readiness extends Effect.Service<Readiness>()("parley/Readiness", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const { pool } = yield* DatabasePool
+    const lifecycle = yield* Lifecycle
+    const jobs = yield* JobRunner
+
+    const probe = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+      effect.pipe(
+        Effect.timeout(DATABASE_TIMEOUT),
+        Effect.exit,
+        Effect.map((exit): Check => Exit.isSuccess(exit) ? "ok" : "error")
+      )
+
+    const migrationsApplied = sql<{ migration_id: number }>`SELECT migration_id FROM effect_sql_migrations`.pipe(
+      Effect.flatMap((rows) => {
+        const applied = new Set(rows.map((r) => Number(r.migration_id)))
+        return shippedMigrationIds.every((id) => applied.has(id)) ? Effect.void : Effect.fail("pending")
+      })
+    )
+
+    const check = Effect.gen(function*() {
+      const [database, migrationsCheck, draining, running] = yield* Effect.all([
+        probe(sql`SELECT 1`),
+        probe(migrationsApplied),
+        lifecycle.isDraining,
+        jobs.isRunning
+      ], { concurrency: "unbounded" })
+      const checks = {
+        database,
+        job_runner: running ? "ok" : "error",
+        draining: draining ? "error" : "ok",
+        migrations: migrationsCheck,
+        pool: pool.averageWaitMs(POOL_WINDOW_MS) >= POOL_WAIT_LIMIT_MS ? "error" : "ok"
+      } as const
+      const reasons = Object.entries(checks).filter(([, v]) => v === "error").map(([k]) => k)
+      const status: ReadinessReport["status"] = reasons.length === 0
+        ? "ready"
+        : draining
+        ? "draining"
+        : reasons.length === 1 && reasons[0] === "pool"
+        ? "degraded"
+        : "unavailable"
+      return { status, checks, reasons } satisfies ReadinessReport
+    })
+    return { check } as const
+  })
+}) {}

@@ -1,0 +1,201 @@
+import { SqlClient, SqlSchema } from "@effect/sql"
+import { Effect, Option, Schema } from "effect"
+import type { Actor } from "../auth/Actor.js"
+import { actorLabel } from "../auth/Actor.js"
+import { generateCredential, hashCredential } from "../auth/Credential.js"
+import { AuditLog } from "../db/AuditLog.js"
+import { orUnavailable } from "../db/SqlFailure.js"
+import { InsufficientScope, NotFound } from "../domain/ApiError.js"
+import { ApiKey, type ApiKeyInput, type AuthenticatedKey, allScopes, Scope } from "../domain/ApiKey.js"
+import { Problems } from "../domain/Problems.js"
+
+const KEY_COLUMNS = "id, tenant_id, name, prefix, scopes, expires_at, last_used_at, revoked_at, created_by, inserted_at, updated_at"
+
+const AuthRow = Schema.Struct({
+  id: Schema.String,
+  tenant_id: Schema.String,
+  kind: Schema.Literal("primary", "scoped"),
+  scopes: Schema.Array(Scope),
+  stale: Schema.Boolean
+})
+
+const isScope = (s: string): s is Scope => (allScopes as ReadonlyArray<string>).includes(s)
+
+/** Tenant API keys: the primary key of each tenant and its scoped keys. Only hashes are stored. */
+export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const audit = yield* AuditLog
+
+    const findAuth = SqlSchema.findOne({
+      Request: Schema.Uint8ArrayFromSelf,
+      Result: AuthRow,
+      execute: (hash) =>
+        sql`
+          SELECT k.id, k.tenant_id, k.kind, k.scopes,
+                 (k.last_used_at IS NULL OR k.last_used_at < now() - interval '1 minute') AS stale
+          FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
+          WHERE k.key_hash = ${hash} AND k.revoked_at IS NULL
+            AND (k.expires_at IS NULL OR k.expires_at > now()) AND t.status = 'active'`
+    })
+
+    /** The key's identity when it is valid now; `last_used_at` is written at most once a minute. */
+    const authenticate = (raw: string) =>
+      findAuth(hashCredential(raw)).pipe(
+        Effect.tap(Option.match({
+          onNone: () => Effect.void,
+          onSome: (row) =>
+            row.stale
+              ? sql`UPDATE api_keys SET last_used_at = now() WHERE id = ${row.id}`.pipe(Effect.asVoid)
+              : Effect.void
+        })),
+        Effect.map(Option.map((row): AuthenticatedKey => ({
+          id: row.id,
+          tenantId: row.tenant_id,
+          kind: row.kind,
+          scopes: row.scopes
+        }))),
+        orUnavailable
+      )
+
+    const listScoped = SqlSchema.findAll({
+      Request: Schema.String,
+      Result: ApiKey,
+      execute: (tenantId) =>
+        sql`SELECT ${sql.literal(KEY_COLUMNS)} FROM api_keys
+            WHERE tenant_id = ${tenantId} AND kind = 'scoped' ORDER BY inserted_at DESC, id DESC LIMIT 1000`
+    })
+
+    const findScoped = SqlSchema.findOne({
+      Request: Schema.Struct({ tenantId: Schema.String, id: Schema.String }),
+      Result: ApiKey,
+      execute: ({ id, tenantId }) =>
+        sql`SELECT ${sql.literal(KEY_COLUMNS)} FROM api_keys
+            WHERE tenant_id = ${tenantId} AND id = ${id} AND kind = 'scoped'`
+    })
+
+    const insertKey = SqlSchema.single({
+      Request: Schema.Struct({
+        id: Schema.String,
+        tenantId: Schema.String,
+        kind: Schema.Literal("primary", "scoped"),
+        name: Schema.String,
+        prefix: Schema.String,
+        hash: Schema.Uint8ArrayFromSelf,
+        scopes: Schema.Array(Scope),
+        expiresAt: Schema.NullOr(Schema.String),
+        createdBy: Schema.String
+      }),
+      Result: ApiKey,
+      execute: (r) =>
+        sql`
+          INSERT INTO api_keys (id, tenant_id, kind, name, prefix, key_hash, scopes, expires_at, created_by)
+          VALUES (${r.id}, ${r.tenantId}, ${r.kind}, ${r.name}, ${r.prefix}, ${r.hash}, ${r.scopes}, ${r.expiresAt},
+                  ${r.createdBy})
+          RETURNING ${sql.literal(KEY_COLUMNS)}`
+    })
+
+    const notFound = (id: string) => new NotFound({ message: `api key ${id} not found` })
+
+    /** Stores a new key of the tenant and returns it with the raw key (shown once). */
+    const create = (
+      tenantId: string,
+      kind: "primary" | "scoped",
+      name: string,
+      scopes: ReadonlyArray<Scope>,
+      expiresAt: string | null,
+      actor: Actor
+    ) =>
+      Effect.gen(function*() {
+        const key = generateCredential("apiKey")
+        const created = yield* insertKey({
+          id: crypto.randomUUID(),
+          tenantId,
+          kind,
+          name,
+          prefix: key.slice(0, 11),
+          hash: hashCredential(key),
+          scopes,
+          expiresAt,
+          createdBy: actorLabel(actor)
+        })
+        yield* audit.record(actor, {
+          tenantId,
+          action: kind === "primary" ? "api_key.primary_issued" : "api_key.created",
+          resourceType: "api_key",
+          resourceId: created.id,
+          changes: { name, scopes, expires_at: expiresAt }
+        })
+        return { apiKey: created, key }
+      })
+
+    /**
+     * Issues a scoped key. `holderScopes` are the scopes of the key asking (a key may only issue keys
+     * whose scopes it holds: 403 `insufficient_scope`); the admin API passes every scope.
+     */
+    const issue = (tenantId: string, input: ApiKeyInput, holderScopes: ReadonlyArray<Scope>, actor: Actor) =>
+      Effect.gen(function*() {
+        const problems = new Problems()
+        const name = input.name?.trim() ?? ""
+        if (name.length === 0) problems.add("name", "is required")
+        else if (name.length > 200) problems.add("name", "must be at most 200 characters")
+        const scopes = input.scopes ?? []
+        if (scopes.length === 0) problems.add("scopes", "must name at least one scope")
+        else if (!scopes.every(isScope)) problems.add("scopes", "must be read, write or manage")
+        let expiresAt: string | null = null
+        if (input.expires_at !== undefined && input.expires_at !== null) {
+          const at = Date.parse(input.expires_at)
+          if (!/^\d{4}-\d\d-\d\dT/.test(input.expires_at) || Number.isNaN(at)) {
+            problems.add("expires_at", "must be an ISO 8601 timestamp")
+          } else if (at <= Date.now()) problems.add("expires_at", "must be in the future")
+          else expiresAt = new Date(at).toISOString()
+        }
+        yield* problems.check()
+        const wanted = [...new Set(scopes.filter(isScope))]
+        const missing = wanted.filter((s) => !holderScopes.includes(s))
+        if (missing.length > 0) {
+          return yield* new InsufficientScope({ message: "a key can only issue scopes it holds", required: missing })
+        }
+        return yield* create(tenantId, "scoped", name, wanted, expiresAt, actor).pipe(sql.withTransaction)
+      }).pipe(orUnavailable)
+
+    const list = (tenantId: string) =>
+      listScoped(tenantId).pipe(orUnavailable)
+
+    const get = (tenantId: string, id: string) =>
+      findScoped({ tenantId, id }).pipe(
+        orUnavailable,
+        Effect.flatMap(Option.match({ onNone: () => Effect.fail(notFound(id)), onSome: Effect.succeed }))
+      )
+
+    /** Revokes at once; the key stays listed with `revoked_at`. Revoking twice changes nothing. */
+    const revoke = (tenantId: string, id: string, actor: Actor) =>
+      Effect.gen(function*() {
+        const rows = yield* sql<{ id: string }>`
+          UPDATE api_keys SET revoked_at = COALESCE(revoked_at, now()), updated_at = now()
+          WHERE tenant_id = ${tenantId} AND id = ${id} AND kind = 'scoped' RETURNING id`
+        if (rows.length === 0) return yield* notFound(id)
+        yield* audit.record(actor, { tenantId, action: "api_key.revoked", resourceType: "api_key", resourceId: id })
+      }).pipe(sql.withTransaction, orUnavailable)
+
+    /**
+     * Replaces the primary key: the new one is returned once; the old one keeps working for
+     * `graceSeconds` (at once revoked when 0). Scoped keys are unaffected. Runs in the caller's
+     * transaction.
+     */
+    const rotatePrimary = (tenantId: string, graceSeconds: number, actor: Actor) =>
+      Effect.gen(function*() {
+        yield* sql`
+          UPDATE api_keys
+          SET expires_at = LEAST(COALESCE(expires_at, 'infinity'), now() + make_interval(secs => ${graceSeconds})),
+              revoked_at = CASE WHEN ${graceSeconds} = 0 THEN now() ELSE revoked_at END,
+              updated_at = now()
+          WHERE tenant_id = ${tenantId} AND kind = 'primary' AND revoked_at IS NULL`
+        const { key } = yield* create(tenantId, "primary", "primary", allScopes, null, actor)
+        return key
+      })
+
+    return { authenticate, issue, list, get, revoke, create, rotatePrimary } as const
+  }),
+  dependencies: [AuditLog.Default]
+}) {}

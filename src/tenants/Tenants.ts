@@ -1,0 +1,145 @@
+import { SqlClient, SqlSchema } from "@effect/sql"
+import { Effect, Option, Schema } from "effect"
+import type { Actor } from "../auth/Actor.js"
+import { AppConfig } from "../config/AppConfig.js"
+import { AuditLog } from "../db/AuditLog.js"
+import { orUnavailable } from "../db/SqlFailure.js"
+import { NotFound } from "../domain/ApiError.js"
+import { Problems } from "../domain/Problems.js"
+import { DEFAULT_RETENTION_DAYS, type SettingsInput, Tenant, TenantStatus, TenantTier, type TenantInput } from "../domain/Tenant.js"
+import { checkIfMatch, etagOf } from "../http/ETag.js"
+import { ApiKeys } from "./ApiKeys.js"
+import { type SettingsPatch, validateSettings } from "./TenantSettings.js"
+
+const TENANT_COLUMNS =
+  "id, name, status, tier, retention_days, alert_webhook_url, allowed_upload_types, limits, inserted_at, updated_at"
+
+const isStatus = Schema.is(TenantStatus)
+const isTier = Schema.is(TenantTier)
+
+interface TenantPatch extends SettingsPatch {
+  name?: string
+  status?: "active" | "inactive"
+  tier?: "high" | "default" | "bulk"
+}
+
+/** Tenants: created and changed by the operator (admin API) and, for settings, by the tenant itself. */
+export class Tenants extends Effect.Service<Tenants>()("parley/Tenants", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const audit = yield* AuditLog
+    const apiKeys = yield* ApiKeys
+    const config = yield* AppConfig
+
+    const findTenant = SqlSchema.findOne({
+      Request: Schema.Struct({ id: Schema.String, lock: Schema.Boolean }),
+      Result: Tenant,
+      execute: ({ id, lock }) =>
+        sql`SELECT ${sql.literal(TENANT_COLUMNS)} FROM tenants WHERE id = ${id} ${sql.literal(lock ? "FOR UPDATE" : "")}`
+    })
+
+    const notFound = (id: string) => new NotFound({ message: `tenant ${id} not found` })
+
+    const load = (id: string, lock: boolean) =>
+      findTenant({ id, lock }).pipe(
+        Effect.flatMap(Option.match({ onNone: () => Effect.fail(notFound(id)), onSome: Effect.succeed }))
+      )
+
+    /** Checks every admin-settable field that was sent; `name` is required when creating. */
+    const validate = (input: TenantInput, creating: boolean) =>
+      Effect.gen(function*() {
+        const problems = new Problems()
+        const patch: TenantPatch = yield* validateSettings(input, problems)
+        if (input.name !== undefined || creating) {
+          const name = input.name?.trim() ?? ""
+          if (name.length === 0) problems.add("name", "is required")
+          else if (name.length > 200) problems.add("name", "must be at most 200 characters")
+          else patch.name = name
+        }
+        if (input.status !== undefined) {
+          if (isStatus(input.status)) patch.status = input.status
+          else problems.add("status", "must be active or inactive")
+        }
+        if (input.tier !== undefined) {
+          if (isTier(input.tier)) patch.tier = input.tier
+          else problems.add("tier", "must be high, default or bulk")
+        }
+        yield* problems.check()
+        return patch
+      })
+
+    /** Creates a tenant and its primary key (returned once). */
+    const create = (input: TenantInput, actor: Actor) =>
+      Effect.gen(function*() {
+        const patch = yield* validate(input, true)
+        const id = crypto.randomUUID()
+        return yield* Effect.gen(function*() {
+          yield* sql`
+            INSERT INTO tenants (id, name, status, tier, retention_days, alert_webhook_url, allowed_upload_types, limits)
+            VALUES (${id}, ${patch.name!}, ${patch.status ?? "active"}, ${patch.tier ?? "default"},
+                    ${patch.retention_days ?? DEFAULT_RETENTION_DAYS}, ${patch.alert_webhook_url ?? null},
+                    ${patch.allowed_upload_types ?? null}, ${patch.limits ?? "{}"})`
+          const apiKey = yield* apiKeys.create(id, "primary", "primary", ["read", "write", "manage"], null, actor)
+          yield* audit.record(actor, { tenantId: id, action: "tenant.created", resourceType: "tenant", resourceId: id, changes: patch })
+          const tenant = yield* load(id, false)
+          return { tenant, apiKey: apiKey.key }
+        }).pipe(sql.withTransaction)
+      }).pipe(orUnavailable)
+
+    const listTenants = SqlSchema.findAll({
+      Request: Schema.Void,
+      Result: Tenant,
+      execute: () => sql`SELECT ${sql.literal(TENANT_COLUMNS)} FROM tenants ORDER BY name, id LIMIT 1000`
+    })
+
+    const list = () => listTenants(undefined).pipe(orUnavailable)
+
+    const get = (id: string) => load(id, false).pipe(orUnavailable)
+
+    /** Applies an already validated patch under the row lock, after the `If-Match` check. */
+    const applyPatch = (id: string, patch: TenantPatch, ifMatch: Option.Option<string>, actor: Actor, action: string) =>
+      Effect.gen(function*() {
+        const current = yield* load(id, true)
+        yield* checkIfMatch(ifMatch, etagOf(current))
+        if (Object.keys(patch).length > 0) {
+          yield* sql`UPDATE tenants SET ${sql.update(patch as Record<string, unknown>)}, updated_at = now() WHERE id = ${id}`
+        }
+        yield* audit.record(actor, { tenantId: id, action, resourceType: "tenant", resourceId: id, changes: patch })
+        return yield* load(id, false)
+      }).pipe(sql.withTransaction, orUnavailable)
+
+    /** Admin update of any field; `status=inactive` blocks every key of the tenant at once. */
+    const update = (id: string, input: TenantInput, ifMatch: Option.Option<string>, actor: Actor) =>
+      validate(input, false).pipe(Effect.flatMap((patch) => applyPatch(id, patch, ifMatch, actor, "tenant.updated")))
+
+    /** The tenant's own settings change; invalid `limits` reject the whole request. */
+    const updateSettings = (id: string, input: SettingsInput, ifMatch: Option.Option<string>, actor: Actor) =>
+      Effect.gen(function*() {
+        const problems = new Problems()
+        const patch = yield* validateSettings(input, problems)
+        yield* problems.check()
+        return yield* applyPatch(id, patch, ifMatch, actor, "settings.updated")
+      })
+
+    /** Removes the tenant and everything it owns (foreign keys cascade). */
+    const remove = (id: string, ifMatch: Option.Option<string>, actor: Actor) =>
+      Effect.gen(function*() {
+        const current = yield* load(id, true)
+        yield* checkIfMatch(ifMatch, etagOf(current))
+        yield* sql`DELETE FROM tenants WHERE id = ${id}`
+        yield* audit.record(actor, { tenantId: id, action: "tenant.deleted", resourceType: "tenant", resourceId: id })
+      }).pipe(sql.withTransaction, orUnavailable)
+
+    /** A new primary key, returned once; the old one works for `API_KEY_ROTATION_GRACE_SECONDS`. */
+    const rotateApiKey = (id: string, actor: Actor) =>
+      Effect.gen(function*() {
+        const tenant = yield* load(id, true)
+        const key = yield* apiKeys.rotatePrimary(id, config.apiKeyRotationGraceSeconds, actor)
+        yield* audit.record(actor, { tenantId: id, action: "tenant.api_key_rotated", resourceType: "tenant", resourceId: id })
+        return { tenant, apiKey: key }
+      }).pipe(sql.withTransaction, orUnavailable)
+
+    return { create, list, get, update, updateSettings, remove, rotateApiKey } as const
+  }),
+  dependencies: [AuditLog.Default, ApiKeys.Default]
+}) {}

@@ -1,0 +1,126 @@
+import { describe, expect, layer } from "@effect/vitest"
+import { Effect } from "effect"
+import { query, serverUrl } from "./support/TestDatabase.js"
+import { admin, createTenant, request, TestNodeLive } from "./support/TestNode.js"
+
+const envelope = (code: string) => ({
+  error: { code, message: expect.any(String), details: null, request_id: expect.any(String) }
+})
+
+layer(TestNodeLive({ TRUSTED_PROXIES: "127.0.0.1/32" }), { excludeTestServices: true })("admin API: tenants", (it) => {
+  describe("authentication", () => {
+    it.effect("a missing or wrong token is 401 in the envelope", () =>
+      Effect.gen(function*() {
+        const missing = yield* request("GET", "/api/v1/admin/tenants")
+        expect(missing.status).toBe(401)
+        expect(missing.body).toEqual(envelope("unauthorized"))
+        const wrong = yield* request("GET", "/api/v1/admin/tenants", {
+          headers: { authorization: "Bearer not-the-admin-token-but-long-enough-000" }
+        })
+        expect(wrong.status).toBe(401)
+        expect(wrong.body.error.request_id).toBe(wrong.headers.get("x-request-id"))
+      }))
+
+    it.effect("an address outside the allowlist is 403, read through a trusted proxy", () =>
+      Effect.gen(function*() {
+        const reply = yield* admin("GET", "/tenants", undefined, { "x-forwarded-for": "8.8.8.8" })
+        expect(reply.status).toBe(403)
+        expect(reply.body).toEqual(envelope("forbidden"))
+        const allowed = yield* admin("GET", "/tenants", undefined, { "x-forwarded-for": "127.0.0.5" })
+        expect(allowed.status).toBe(200)
+      }))
+  })
+
+  describe("tenants", () => {
+    it.effect("create returns the tenant and its primary key once", () =>
+      Effect.gen(function*() {
+        const reply = yield* admin("POST", "/tenants", { tenant: { name: "Acme", tier: "high", tenant_id: "ignored" } })
+        expect(reply.status).toBe(201)
+        expect(reply.body.data).toMatchObject({ name: "Acme", status: "active", tier: "high", limits: {} })
+        expect(reply.body.data.api_key).toMatch(/^ck_[0-9A-Za-z]{40}$/)
+        expect(reply.headers.get("etag")).toMatch(/^".+"$/)
+        expect(reply.body.data.inserted_at).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/)
+        const got = yield* admin("GET", `/tenants/${reply.body.data.id}`)
+        expect(got.status).toBe(200)
+        expect(got.body.data.api_key).toBeUndefined()
+        if (serverUrl !== undefined) {
+          const rows = yield* query<{ key_hash: Buffer }>("SELECT key_hash FROM api_keys WHERE tenant_id = $1", [
+            reply.body.data.id
+          ])
+          expect(rows).toHaveLength(1)
+          expect(rows[0]!.key_hash.toString("utf8")).not.toContain(reply.body.data.api_key)
+        }
+      }))
+
+    it.effect("a missing name is 422 validation_failed per field and stores nothing", () =>
+      Effect.gen(function*() {
+        const before = (yield* admin("GET", "/tenants")).body.data.length
+        const reply = yield* admin("POST", "/tenants", { tenant: { tier: "gold" } })
+        expect(reply.status).toBe(422)
+        expect(reply.body.error.code).toBe("validation_failed")
+        expect(reply.body.error.details).toEqual({ name: [expect.any(String)], tier: [expect.any(String)] })
+        expect((yield* admin("GET", "/tenants")).body.data.length).toBe(before)
+      }))
+
+    it.effect("wrong types and a missing wrapper are 400 bad_request", () =>
+      Effect.gen(function*() {
+        const wrongType = yield* admin("POST", "/tenants", { tenant: { name: 42 } })
+        expect(wrongType.status).toBe(400)
+        expect(wrongType.body).toEqual(envelope("bad_request"))
+        const unwrapped = yield* admin("POST", "/tenants", { name: "x" })
+        expect(unwrapped.status).toBe(400)
+        const broken = yield* request("POST", "/api/v1/admin/tenants", {
+          raw: "{not json",
+          headers: { authorization: `Bearer ${"test-admin-token-0123456789abcdef0123"}` }
+        })
+        expect(broken.status).toBe(400)
+        expect(broken.body).toEqual(envelope("bad_request"))
+        const badId = yield* admin("GET", "/tenants/not-a-uuid")
+        expect(badId.status).toBe(400)
+        expect(badId.body).toEqual(envelope("bad_request"))
+      }))
+
+    it.effect("If-Match: a stale tag is 412 with the current one, * always matches", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const got = yield* admin("GET", `/tenants/${tenant.id}`)
+        const etag = got.headers.get("etag")!
+        const changed = yield* admin("PATCH", `/tenants/${tenant.id}`, { tenant: { retention_days: 30 } }, { "if-match": etag })
+        expect(changed.status).toBe(200)
+        expect(changed.body.data.retention_days).toBe(30)
+        const newTag = changed.headers.get("etag")!
+        expect(newTag).not.toBe(etag)
+        const stale = yield* admin("PUT", `/tenants/${tenant.id}`, { tenant: { retention_days: 40 } }, { "if-match": etag })
+        expect(stale.status).toBe(412)
+        expect(stale.body.error).toMatchObject({ code: "precondition_failed", details: { current_etag: newTag } })
+        const star = yield* admin("PUT", `/tenants/${tenant.id}`, { tenant: { retention_days: 41 } }, { "if-match": "*" })
+        expect(star.status).toBe(200)
+        const staleDelete = yield* admin("DELETE", `/tenants/${tenant.id}`, undefined, { "if-match": etag })
+        expect(staleDelete.status).toBe(412)
+        expect((yield* admin("GET", `/tenants/${tenant.id}`)).body.data.retention_days).toBe(41)
+      }))
+
+    it.effect("invalid limits reject the whole update", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const reply = yield* admin("PATCH", `/tenants/${tenant.id}`, {
+          tenant: { name: "renamed", limits: { activity_create: { limit: 0, scale_ms: 1000 } } }
+        })
+        expect(reply.status).toBe(422)
+        expect(Object.keys(reply.body.error.details)).toEqual(["limits"])
+        const after = yield* admin("GET", `/tenants/${tenant.id}`)
+        expect(after.body.data.name).toBe(tenant["name"])
+      }))
+
+    it.effect("unknown tenants are 404 and delete removes the tenant", () =>
+      Effect.gen(function*() {
+        const missing = yield* admin("GET", `/tenants/${crypto.randomUUID()}`)
+        expect(missing.status).toBe(404)
+        expect(missing.body).toEqual(envelope("not_found"))
+        const tenant = yield* createTenant()
+        const removed = yield* admin("DELETE", `/tenants/${tenant.id}`)
+        expect(removed.status).toBe(204)
+        expect((yield* admin("GET", `/tenants/${tenant.id}`)).status).toBe(404)
+      }))
+  })
+})

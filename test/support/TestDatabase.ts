@@ -1,0 +1,53 @@
+import { Context, Effect, Layer } from "effect"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import Pg from "pg"
+
+/** Where a test file's node keeps its data: a fresh PostgreSQL database, or an embedded one. */
+export class TestDatabase extends Context.Tag("test/TestDatabase")<TestDatabase, {
+  /** `DATABASE_URL` for the node, or undefined for the embedded database under `dataDir`. */
+  readonly url: string | undefined
+  readonly dataDir: string
+}>() {}
+
+/** The server tests run against (`DATABASE_URL`); without it, nodes use an embedded database. */
+export const serverUrl = process.env["DATABASE_URL"]
+
+const withClient = <A>(url: string, f: (client: Pg.Client) => Promise<A>) =>
+  Effect.promise(async () => {
+    const client = new Pg.Client({ connectionString: url })
+    await client.connect()
+    try {
+      return await f(client)
+    } finally {
+      await client.end()
+    }
+  })
+
+/** A database of its own for one test file, dropped afterwards. */
+export const TestDatabaseLive = Layer.scoped(
+  TestDatabase,
+  Effect.gen(function*() {
+    const dataDir = yield* Effect.acquireRelease(
+      Effect.sync(() => mkdtempSync(join(tmpdir(), "parley-test-"))),
+      (dir) => Effect.sync(() => rmSync(dir, { recursive: true, force: true }))
+    )
+    if (serverUrl === undefined) return { url: undefined, dataDir }
+    const name = `parley_test_${crypto.randomUUID().replaceAll("-", "")}`
+    yield* Effect.acquireRelease(
+      withClient(serverUrl, (client) => client.query(`CREATE DATABASE ${name}`)),
+      () => withClient(serverUrl, (client) => client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`))
+    )
+    const url = new URL(serverUrl)
+    url.pathname = `/${name}`
+    return { url: url.toString(), dataDir }
+  })
+)
+
+/** Runs SQL against the test file's database (PostgreSQL only) to check what was stored. */
+export const query = <Row = Record<string, unknown>>(text: string, values: ReadonlyArray<unknown> = []) =>
+  Effect.flatMap(TestDatabase, ({ url }) =>
+    url === undefined
+      ? Effect.die("direct SQL needs DATABASE_URL")
+      : withClient(url, (client) => client.query(text, [...values]).then((r) => r.rows as Array<Row>)))

@@ -1,0 +1,94 @@
+import { ConfigProvider, Context, Effect, Layer } from "effect"
+import { createServer } from "node:net"
+import { AppConfig } from "../../src/config/AppConfig.js"
+import { NodeLive } from "../../src/NodeLive.js"
+import { TestDatabase, TestDatabaseLive } from "./TestDatabase.js"
+
+/** A running node of the test: its base URL. */
+export class TestNode extends Context.Tag("test/TestNode")<TestNode, { readonly baseUrl: string }>() {}
+
+export const ADMIN_TOKEN = "test-admin-token-0123456789abcdef0123"
+
+export const freePort = Effect.async<number>((resume) => {
+  const server = createServer()
+  server.listen(0, "127.0.0.1", () => {
+    const address = server.address()
+    const port = typeof address === "object" && address !== null ? address.port : 0
+    server.close(() => resume(Effect.succeed(port)))
+  })
+})
+
+/** A whole node in this process, on a free port and the test file's database. */
+export const TestNodeLive = (env: Record<string, string> = {}) =>
+  Layer.unwrapScoped(
+    Effect.gen(function*() {
+      const db = yield* TestDatabase
+      const port = yield* freePort
+      const provider = ConfigProvider.fromMap(
+        new Map(Object.entries({
+          PORT: String(port),
+          HOST: "127.0.0.1",
+          DATA_DIR: db.dataDir,
+          ADMIN_API_TOKEN: ADMIN_TOKEN,
+          DRAIN_REFUSE_MS: "0",
+          LOG_LEVEL: "none",
+          WEBHOOK_ALLOWED_HOSTS: "127.0.0.1",
+          ...(db.url === undefined ? {} : { DATABASE_URL: db.url }),
+          ...env
+        }))
+      )
+      return Layer.merge(NodeLive, Layer.succeed(TestNode, { baseUrl: `http://127.0.0.1:${port}` })).pipe(
+        Layer.provide(AppConfig.Default),
+        Layer.provide(Layer.setConfigProvider(provider))
+      )
+    })
+  ).pipe(Layer.provideMerge(TestDatabaseLive))
+
+/** A JSON HTTP exchange with a node; the body is parsed when there is one. */
+export interface Reply {
+  readonly status: number
+  readonly headers: Headers
+  readonly body: any
+}
+
+/** Sends a request to the test node and reads the whole answer. */
+export const request = (
+  method: string,
+  path: string,
+  options: { readonly body?: unknown; readonly headers?: Record<string, string>; readonly raw?: string } = {}
+) =>
+  Effect.flatMap(TestNode, ({ baseUrl }) =>
+    Effect.promise(async (): Promise<Reply> => {
+      const headers: Record<string, string> = { ...options.headers }
+      let body: string | undefined = options.raw
+      if (options.body !== undefined) {
+        body = JSON.stringify(options.body)
+        headers["content-type"] ??= "application/json"
+      } else if (body !== undefined) headers["content-type"] ??= "application/json"
+      const response = await fetch(`${baseUrl}${path}`, { method, headers, ...(body === undefined ? {} : { body }) })
+      const text = await response.text()
+      let parsed: unknown = text
+      try {
+        parsed = text === "" ? null : JSON.parse(text)
+      } catch {
+        // not JSON: keep the text
+      }
+      return { status: response.status, headers: response.headers, body: parsed }
+    }))
+
+/** Admin API call with the test token. */
+export const admin = (method: string, path: string, body?: unknown, headers: Record<string, string> = {}) =>
+  request(method, `/api/v1/admin${path}`, {
+    ...(body === undefined ? {} : { body }),
+    headers: { authorization: `Bearer ${ADMIN_TOKEN}`, ...headers }
+  })
+
+/** Creates a tenant through the admin API and returns it with its primary key. */
+export const createTenant = (fields: Record<string, unknown> = {}) =>
+  Effect.map(
+    admin("POST", "/tenants", { tenant: { name: `tenant-${crypto.randomUUID().slice(0, 8)}`, ...fields } }),
+    (reply) => {
+      if (reply.status !== 201) throw new Error(`tenant create failed: ${reply.status} ${JSON.stringify(reply.body)}`)
+      return reply.body.data as { id: string; api_key: string; [key: string]: unknown }
+    }
+  )
