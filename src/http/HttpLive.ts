@@ -11,14 +11,16 @@ import { ApiKeys } from "../tenants/ApiKeys.js"
 import { Tenants } from "../tenants/Tenants.js"
 import { AdminAuthLive } from "./AdminAuth.js"
 import { AdminHandlers } from "./AdminHandlers.js"
+import { ManageAuthLive } from "./ApiKeyAuth.js"
+import { SettingsHandlers } from "./SettingsHandlers.js"
 import { EdgeMiddleware } from "./EdgeMiddleware.js"
 import { ParleyApi } from "./ParleyApi.js"
 import { RouteTableLive, routesOf } from "./RouteTable.js"
 
 const ApiRoutes = HttpLayerRouter.addHttpApi(ParleyApi, { openapiPath: "/api/v1/openapi.json" }).pipe(
-  Layer.provide(AdminHandlers),
+  Layer.provide(Layer.mergeAll(AdminHandlers, SettingsHandlers)),
   // A step of its own: Layer.provide([A, B]) does not feed B into A.
-  Layer.provide(AdminAuthLive)
+  Layer.provide(Layer.mergeAll(AdminAuthLive, ManageAuthLive))
 )
 
 /**

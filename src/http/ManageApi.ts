@@ -1,0 +1,25 @@
+import { HttpApiEndpoint, HttpApiGroup } from "@effect/platform"
+import { Schema } from "effect"
+import { NotFound, PreconditionFailed, Unavailable, ValidationFailed } from "../domain/ApiError.js"
+import { SettingsInput, Tenant } from "../domain/Tenant.js"
+import { IfMatchHeaders } from "./AdminApi.js"
+import { ManageAuth } from "./ApiKeyAuth.js"
+import { envelope } from "./ErrorEnvelope.js"
+
+const SettingsBody = Schema.Struct({ settings: SettingsInput })
+
+const updateSettings = <const Name extends string>(endpoint: HttpApiEndpoint.HttpApiEndpoint<Name, "PUT" | "PATCH">) =>
+  endpoint.setHeaders(IfMatchHeaders).setPayload(SettingsBody).addSuccess(Schema.Struct({ data: Tenant }))
+
+/** The tenant's own settings (`/api/v1/manage/settings`). */
+export class SettingsApi extends HttpApiGroup.make("settings")
+  .add(HttpApiEndpoint.get("getSettings", "/settings").addSuccess(Schema.Struct({ data: Tenant })))
+  .add(updateSettings(HttpApiEndpoint.put("putSettings", "/settings")))
+  .add(updateSettings(HttpApiEndpoint.patch("patchSettings", "/settings")))
+  .addError(envelope(NotFound))
+  .addError(envelope(ValidationFailed))
+  .addError(envelope(PreconditionFailed))
+  .addError(envelope(Unavailable))
+  .middleware(ManageAuth)
+  .prefix("/api/v1/manage")
+{}

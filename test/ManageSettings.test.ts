@@ -1,0 +1,80 @@
+import { expect, layer } from "@effect/vitest"
+import { Effect } from "effect"
+import { admin, createTenant, request, TestNodeLive } from "./support/TestNode.js"
+
+const manage = (key: string, method: string, path: string, body?: unknown, headers: Record<string, string> = {}) =>
+  request(method, `/api/v1/manage${path}`, { ...(body === undefined ? {} : { body }), headers: { "x-api-key": key, ...headers } })
+
+layer(TestNodeLive(), { excludeTestServices: true })("management API: settings and keys", (it) => {
+  it.effect("GET settings returns the tenant with an ETag; PATCH changes only what was sent", () =>
+    Effect.gen(function*() {
+      const tenant = yield* createTenant()
+      const got = yield* manage(tenant.api_key, "GET", "/settings")
+      expect(got.status).toBe(200)
+      expect(got.body.data.id).toBe(tenant.id)
+      expect(got.headers.get("etag")).toBeTruthy()
+      const changed = yield* manage(tenant.api_key, "PATCH", "/settings", {
+        settings: { limits: { activity_create: { limit: 5, scale_ms: 1000 } }, name: "ignored" }
+      })
+      expect(changed.status).toBe(200)
+      expect(changed.body.data.limits).toEqual({ activity_create: { limit: 5, scale_ms: 1000 } })
+      expect(changed.body.data.name).toBe(tenant["name"])
+      const reset = yield* manage(tenant.api_key, "PUT", "/settings", { settings: { limits: {} } })
+      expect(reset.body.data.limits).toEqual({})
+    }))
+
+  it.effect("limits on a non-overridable bucket reject the whole request", () =>
+    Effect.gen(function*() {
+      const tenant = yield* createTenant()
+      const reply = yield* manage(tenant.api_key, "PATCH", "/settings", {
+        settings: { retention_days: 10, limits: { login_ip: { limit: 5, scale_ms: 1000 } } }
+      })
+      expect(reply.status).toBe(422)
+      expect(reply.body.error.code).toBe("validation_failed")
+      expect((yield* manage(tenant.api_key, "GET", "/settings")).body.data.retention_days).toBe(90)
+    }))
+
+  it.effect("no key is 401, a channel token 403, a key without manage 403 insufficient_scope", () =>
+    Effect.gen(function*() {
+      const tenant = yield* createTenant()
+      expect((yield* request("GET", "/api/v1/manage/settings")).status).toBe(401)
+      const token = yield* request("GET", "/api/v1/manage/settings", { headers: { "x-channel-token": "cs_x" } })
+      expect(token.status).toBe(403)
+      expect(token.body.error.code).toBe("forbidden")
+      const readKey = yield* admin("POST", `/tenants/${tenant.id}/api_keys`, { api_key: { name: "r", scopes: ["read"] } })
+      expect(readKey.status).toBe(201)
+      const denied = yield* manage(readKey.body.data.key, "GET", "/settings")
+      expect(denied.status).toBe(403)
+      expect(denied.body.error).toMatchObject({ code: "insufficient_scope", details: { required: ["manage"] } })
+    }))
+
+  it.effect("status=inactive blocks every key of the tenant at once, active restores them", () =>
+    Effect.gen(function*() {
+      const tenant = yield* createTenant()
+      expect((yield* admin("PATCH", `/tenants/${tenant.id}`, { tenant: { status: "inactive" } })).status).toBe(200)
+      expect((yield* manage(tenant.api_key, "GET", "/settings")).status).toBe(401)
+      yield* admin("PATCH", `/tenants/${tenant.id}`, { tenant: { status: "active" } })
+      expect((yield* manage(tenant.api_key, "GET", "/settings")).status).toBe(200)
+    }))
+
+  it.effect("rotate_api_key: the new key works, the old one during the grace period", () =>
+    Effect.gen(function*() {
+      const tenant = yield* createTenant()
+      const rotated = yield* admin("POST", `/tenants/${tenant.id}/rotate_api_key`)
+      expect(rotated.status).toBe(200)
+      expect(rotated.body.data.api_key).toMatch(/^ck_/)
+      expect(rotated.body.data.api_key).not.toBe(tenant.api_key)
+      expect((yield* manage(rotated.body.data.api_key, "GET", "/settings")).status).toBe(200)
+      expect((yield* manage(tenant.api_key, "GET", "/settings")).status).toBe(200)
+    }))
+})
+
+layer(TestNodeLive({ API_KEY_ROTATION_GRACE_SECONDS: "0" }), { excludeTestServices: true })("primary key rotation without grace", (it) => {
+  it.effect("the old key stops at once", () =>
+    Effect.gen(function*() {
+      const tenant = yield* createTenant()
+      const rotated = yield* admin("POST", `/tenants/${tenant.id}/rotate_api_key`)
+      expect((yield* manage(tenant.api_key, "GET", "/settings")).status).toBe(401)
+      expect((yield* manage(rotated.body.data.api_key, "GET", "/settings")).status).toBe(200)
+    }))
+})
