@@ -1,5 +1,9 @@
 import { Effect, Layer, Logger, LogLevel } from "effect"
+import { ClusterLive } from "../cluster/ClusterLive.js"
+import { ConversationEntityLive } from "../cluster/ConversationEntityLive.js"
 import { AppConfig } from "./config/AppConfig.js"
+import { ActivityStore } from "./conversations/ActivityStore.js"
+import { ConversationStateRepo } from "./conversations/ConversationState.js"
 import { DatabaseLive } from "./db/Database.js"
 import { MigrationsLive } from "./db/Migrations.js"
 import { HttpLive } from "./http/HttpLive.js"
@@ -25,10 +29,14 @@ export const LoggingLive = Layer.unwrapEffect(
 const NodeServices = Layer.mergeAll(Metrics.Default, Lifecycle.Default, JobRunner.Default)
 
 /**
- * A whole node: database (migrated before anything serves), background jobs and HTTP. Layer
- * finalizers run in reverse, which is the drain order: routes, then services, then the pool.
+ * A whole node: database (migrated before anything serves), cluster runner, entities, background
+ * jobs and HTTP. Each `provide` builds its layer first and releases it last, which is the drain
+ * order: routes, then entities, then the writer, then sharding, then the pool.
  */
-export const NodeLive = Layer.mergeAll(HttpLive, HousekeepingLive, NodeMetricsLive).pipe(
+export const NodeLive = HttpLive.pipe(
+  Layer.provide(Layer.mergeAll(ConversationEntityLive, HousekeepingLive, NodeMetricsLive)),
+  Layer.provide(Layer.mergeAll(ActivityStore.Default, ConversationStateRepo.Default)),
+  Layer.provide(ClusterLive),
   Layer.provide(NodeServices),
   Layer.provide(MigrationsLive),
   Layer.provide(DatabaseLive)

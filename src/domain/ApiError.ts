@@ -27,6 +27,14 @@ export class InvalidWatermark extends Schema.TaggedError<InvalidWatermark>()("In
   readonly wireDetails = null
 }
 
+/** The addressed channel is disabled. */
+export class ChannelInactive extends Schema.TaggedError<ChannelInactive>()("ChannelInactive", {
+  message: Schema.String
+}, HttpApiSchema.annotations({ status: 400 })) implements WireError {
+  readonly code = "channel_inactive"
+  readonly wireDetails = null
+}
+
 export class Unauthorized extends Schema.TaggedError<Unauthorized>()("Unauthorized", {
   message: Schema.String
 }, HttpApiSchema.annotations({ status: 401 })) implements WireError {

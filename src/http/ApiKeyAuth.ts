@@ -1,8 +1,10 @@
 import { HttpApiMiddleware, HttpApiSecurity, HttpServerRequest } from "@effect/platform"
+import { HttpApp, HttpServerResponse } from "@effect/platform"
 import { Context, Effect, Layer, Option, Schema } from "effect"
+import { ChannelTokens } from "../auth/ChannelTokens.js"
 import type { Actor } from "../auth/Actor.js"
-import { Forbidden, InsufficientScope, Unauthorized, Unavailable } from "../domain/ApiError.js"
-import type { AuthenticatedKey, Scope } from "../domain/ApiKey.js"
+import { ChannelInactive, Forbidden, InsufficientScope, Unauthorized, Unavailable } from "../domain/ApiError.js"
+import { allScopes, type Scope } from "../domain/ApiKey.js"
 import { ApiKeys } from "../tenants/ApiKeys.js"
 import { envelope } from "./ErrorEnvelope.js"
 
@@ -12,7 +14,8 @@ export interface TenantCredential {
   readonly scopes: ReadonlyArray<Scope>
   /** The audit actor: `tenant_api` with the key id (the tenant id for the primary key). */
   readonly actor: Actor
-  readonly key: AuthenticatedKey
+  /** Set when the request came with a (deprecated) channel token: it reaches only that channel. */
+  readonly channelId: string | null
 }
 
 export class CurrentCredential extends Context.Tag("parley/CurrentCredential")<CurrentCredential, TenantCredential>() {}
@@ -52,7 +55,7 @@ const authenticate = (keys: ApiKeys) =>
     return {
       tenantId,
       scopes,
-      key: key.value,
+      channelId: null,
       actor: { type: "tenant_api", id: kind === "primary" ? tenantId : id }
     } satisfies TenantCredential
   })
@@ -70,6 +73,96 @@ export const ManageAuthLive = Layer.effect(
           }
           const credential = yield* authenticate(keys)
           return yield* requireScope("manage").pipe(Effect.provideService(CurrentCredential, credential))
+        })
+    })
+  })
+)
+
+/** When `x-channel-token` was deprecated (Unix seconds), for the `Deprecation` header. */
+const CHANNEL_TOKEN_DEPRECATED_AT = Math.floor(Date.UTC(2026, 9, 1) / 1000)
+
+/** Marks the response of a deprecated surface (`Deprecation`, `Link`) and logs the use once per request. */
+export const markDeprecated = (surface: string) =>
+  HttpApp.appendPreResponseHandler((_request, response) =>
+    Effect.succeed(
+      HttpServerResponse.setHeaders(response, {
+        deprecation: `@${CHANNEL_TOKEN_DEPRECATED_AT}`,
+        link: `</docs/deprecations.md>; rel="deprecation"`
+      })
+    )
+  ).pipe(Effect.zipRight(Effect.logWarning("deprecated API used").pipe(Effect.annotateLogs("surface", surface))))
+
+/**
+ * Authenticates a deprecated channel token (the channel secret). It keeps every scope, but only
+ * for its own channel; a disabled channel is 400 `channel_inactive`.
+ */
+export const authenticateChannelToken = (tokens: ChannelTokens, token: string) =>
+  Effect.gen(function*() {
+    const channel = yield* tokens.findBySecret(token)
+    if (Option.isNone(channel) || channel.value.tenant_status !== "active") {
+      return yield* new Unauthorized({ message: "invalid channel token" })
+    }
+    if (channel.value.status !== "active") return yield* new ChannelInactive({ message: "the channel is inactive" })
+    yield* markDeprecated("x-channel-token")
+    return {
+      tenantId: channel.value.tenant_id,
+      scopes: allScopes,
+      channelId: channel.value.id,
+      actor: { type: "tenant_api", id: channel.value.id }
+    } satisfies TenantCredential
+  })
+
+const tenantFailure = Schema.Union(
+  envelope(Unauthorized),
+  envelope(Forbidden),
+  envelope(ChannelInactive),
+  envelope(Unavailable)
+)
+
+/** Tenant API routes marked "K, T": `x-api-key`, or the deprecated `x-channel-token`. */
+export class TenantAuth extends HttpApiMiddleware.Tag<TenantAuth>()("parley/TenantAuth", {
+  failure: tenantFailure,
+  provides: CurrentCredential,
+  security
+}) {}
+
+/** Tenant API routes marked "K only": a channel token is refused with 403. */
+export class TenantKeyAuth extends HttpApiMiddleware.Tag<TenantKeyAuth>()("parley/TenantKeyAuth", {
+  failure: tenantFailure,
+  provides: CurrentCredential,
+  security
+}) {}
+
+export const TenantAuthLive = Layer.effect(
+  TenantAuth,
+  Effect.gen(function*() {
+    const keys = yield* ApiKeys
+    const tokens = yield* ChannelTokens
+    return TenantAuth.of({
+      apiKey: () =>
+        Effect.gen(function*() {
+          const request = yield* HttpServerRequest.HttpServerRequest
+          const channelToken = request.headers["x-channel-token"]
+          return request.headers["x-api-key"] === undefined && channelToken !== undefined
+            ? yield* authenticateChannelToken(tokens, channelToken)
+            : yield* authenticate(keys)
+        })
+    })
+  })
+)
+
+export const TenantKeyAuthLive = Layer.effect(
+  TenantKeyAuth,
+  Effect.gen(function*() {
+    const keys = yield* ApiKeys
+    return TenantKeyAuth.of({
+      apiKey: () =>
+        Effect.gen(function*() {
+          const request = yield* HttpServerRequest.HttpServerRequest
+          if (request.headers["x-api-key"] === undefined && request.headers["x-channel-token"] !== undefined) {
+            return yield* new Forbidden({ message: "this route does not accept channel tokens" })
+          }
+          return yield* authenticate(keys)
         })
     })
   })

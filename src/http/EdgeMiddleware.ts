@@ -29,6 +29,7 @@ const statusOfWireError = (error: WireError): number => {
   switch (error.code) {
     case "bad_request":
     case "invalid_watermark":
+    case "channel_inactive":
       return 400
     case "unauthorized":
       return 401

@@ -3,6 +3,8 @@ import { NodeHttpServer } from "@effect/platform-node"
 import { Duration, Effect, Layer } from "effect"
 import { createServer } from "node:http"
 import { AppConfig } from "../config/AppConfig.js"
+import { ChannelTokens } from "../auth/ChannelTokens.js"
+import { Conversations } from "../conversations/Conversations.js"
 import { AddressGuard } from "../delivery/AddressGuard.js"
 import { Lifecycle } from "../ops/Lifecycle.js"
 import { OpsRoutes, opsRoutes } from "../ops/OpsRoutes.js"
@@ -11,16 +13,17 @@ import { ApiKeys } from "../tenants/ApiKeys.js"
 import { Tenants } from "../tenants/Tenants.js"
 import { AdminAuthLive } from "./AdminAuth.js"
 import { AdminHandlers } from "./AdminHandlers.js"
-import { ManageAuthLive } from "./ApiKeyAuth.js"
+import { ManageAuthLive, TenantAuthLive, TenantKeyAuthLive } from "./ApiKeyAuth.js"
+import { ConversationListHandlers, ConversationsHandlers } from "./ConversationsHandlers.js"
 import { SettingsHandlers } from "./SettingsHandlers.js"
 import { EdgeMiddleware } from "./EdgeMiddleware.js"
 import { ParleyApi } from "./ParleyApi.js"
 import { RouteTableLive, routesOf } from "./RouteTable.js"
 
 const ApiRoutes = HttpLayerRouter.addHttpApi(ParleyApi, { openapiPath: "/api/v1/openapi.json" }).pipe(
-  Layer.provide(Layer.mergeAll(AdminHandlers, SettingsHandlers)),
+  Layer.provide(Layer.mergeAll(AdminHandlers, SettingsHandlers, ConversationsHandlers, ConversationListHandlers)),
   // A step of its own: Layer.provide([A, B]) does not feed B into A.
-  Layer.provide(Layer.mergeAll(AdminAuthLive, ManageAuthLive))
+  Layer.provide(Layer.mergeAll(AdminAuthLive, ManageAuthLive, TenantAuthLive, TenantKeyAuthLive))
 )
 
 /**
@@ -50,7 +53,13 @@ export const AppRoutes = Layer.mergeAll(ApiRoutes, OpsRoutes, EdgeMiddleware, Dr
 )
 
 /** Services the routes call per request. */
-export const RouteServices = Layer.mergeAll(Tenants.Default, ApiKeys.Default, Readiness.Default).pipe(
+export const RouteServices = Layer.mergeAll(
+  Tenants.Default,
+  ApiKeys.Default,
+  Readiness.Default,
+  Conversations.Default,
+  ChannelTokens.Default
+).pipe(
   Layer.provideMerge(AddressGuard.Default)
 )
 

@@ -1,11 +1,14 @@
 import { HttpApi, OpenApi } from "@effect/platform"
 import { AdminApi } from "./AdminApi.js"
+import { ConversationListApi, ConversationsApi } from "./ConversationsApi.js"
 import { SettingsApi } from "./ManageApi.js"
 
 /** Every REST family served through HttpApi; its OpenAPI document is `GET /api/v1/openapi.json`. */
 export class ParleyApi extends HttpApi.make("parley")
   .add(AdminApi)
   .add(SettingsApi)
+  .add(ConversationListApi)
+  .add(ConversationsApi)
   .annotate(OpenApi.Title, "Parley")
   .annotate(OpenApi.Version, "0.2.0")
 {}

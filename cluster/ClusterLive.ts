@@ -1,0 +1,32 @@
+import { RunnerAddress, SingleRunner } from "@effect/cluster"
+import { NodeClusterSocket } from "@effect/platform-node"
+import { Duration, Effect, Layer, Option } from "effect"
+import { AppConfig } from "../src/config/AppConfig.js"
+import { DatabasePool } from "../src/db/Database.js"
+
+const isLoopback = (host: string) => host === "localhost" || host.startsWith("127.") || host === "::1"
+
+/**
+ * This node's cluster runner. With PostgreSQL: a socket runner on `CLUSTER_RUNNER_PORT` whose shard
+ * locks and messages live in the same database. The embedded database serves one node only, so
+ * there it is a single runner without sockets or advisory locks.
+ */
+export const ClusterLive = Layer.unwrapEffect(
+  Effect.gen(function*() {
+    const config = yield* AppConfig
+    const { embedded } = yield* DatabasePool
+    const address = RunnerAddress.make(config.clusterRunnerHost, config.clusterRunnerPort)
+    const shardingConfig = {
+      // Explicit: left to the environment, the runner would read the generic HOST and PORT.
+      runnerAddress: Option.some(address),
+      runnerListenAddress: Option.some(
+        isLoopback(config.clusterRunnerHost) ? address : RunnerAddress.make("0.0.0.0", config.clusterRunnerPort)
+      ),
+      shardLockExpiration: Duration.millis(config.clusterShardLockExpirationMs),
+      entityTerminationTimeout: Duration.millis(config.clusterEntityTerminationTimeoutMs)
+    }
+    return embedded
+      ? SingleRunner.layer({ shardingConfig, runnerStorage: "memory" })
+      : NodeClusterSocket.layer({ storage: "sql", serialization: "msgpack", shardingConfig })
+  })
+)

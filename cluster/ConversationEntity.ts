@@ -1,0 +1,40 @@
+import { Entity } from "@effect/cluster"
+import { Rpc } from "@effect/rpc"
+import { Schema } from "effect"
+import { Activity, ActivityDraft } from "../src/domain/Activity.js"
+import { ConversationClosed, NotFound, Unavailable } from "../src/domain/ApiError.js"
+
+/** Appends one activity; re-sending the same draft id or idempotency key returns the stored one. */
+export const Append = Rpc.make("Append", {
+  // `deadline` (epoch ms): past it the entity no longer writes, so a caller that gave up and
+  // answered 503 can trust that nothing was stored.
+  payload: { tenantId: Schema.UUID, draft: ActivityDraft, deadline: Schema.Number },
+  success: Activity,
+  error: Schema.Union(NotFound, ConversationClosed, Unavailable)
+})
+
+/**
+ * Closes or reopens. A real transition appends a `conversationUpdate` from `system`; otherwise
+ * nothing changes. `idleSince` makes a close conditional: only if nothing happened after it.
+ */
+export const SetStatus = Rpc.make("SetStatus", {
+  payload: {
+    tenantId: Schema.UUID,
+    status: Schema.Literal("active", "closed"),
+    reason: Schema.Literal("manual", "expired"),
+    idleSince: Schema.NullOr(Schema.String)
+  },
+  success: Schema.Struct({ changed: Schema.Boolean }),
+  error: Schema.Union(NotFound, Unavailable)
+})
+
+/** Every activity with seq above `fromSeq`: stored ones first, then live ones, in seq order. */
+export const Subscribe = Rpc.make("Subscribe", {
+  payload: { fromSeq: Schema.NonNegativeInt },
+  success: Activity,
+  error: Unavailable,
+  stream: true
+})
+
+/** One entity per conversation (entity id = conversation id): it owns the head seq and the fan-out. */
+export const ConversationEntity = Entity.make("Conversation", [Append, SetStatus, Subscribe])

@@ -1,0 +1,28 @@
+import { SqlClient, SqlSchema } from "@effect/sql"
+import { Effect, Schema } from "effect"
+import { orUnavailable } from "../db/SqlFailure.js"
+import { hashCredential } from "./Credential.js"
+
+/** The channel a channel secret belongs to, with the states that decide whether it may be used. */
+export const ChannelOfSecret = Schema.Struct({
+  id: Schema.String,
+  tenant_id: Schema.String,
+  status: Schema.Literal("active", "inactive"),
+  tenant_status: Schema.Literal("active", "inactive")
+})
+export type ChannelOfSecret = typeof ChannelOfSecret.Type
+
+/** Looks channels up by their secret (`x-channel-token`, `tokens/generate`); only hashes are stored. */
+export class ChannelTokens extends Effect.Service<ChannelTokens>()("parley/ChannelTokens", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const find = SqlSchema.findOne({
+      Request: Schema.Uint8ArrayFromSelf,
+      Result: ChannelOfSecret,
+      execute: (hash) =>
+        sql`SELECT c.id, c.tenant_id, c.status, t.status AS tenant_status
+            FROM channels c JOIN tenants t ON t.id = c.tenant_id WHERE c.secret_hash = ${hash}`
+    })
+    return { findBySecret: (secret: string) => find(hashCredential(secret)).pipe(orUnavailable) } as const
+  })
+}) {}

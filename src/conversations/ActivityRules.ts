@@ -1,0 +1,149 @@
+import { Effect, Either, Schema } from "effect"
+import { ActivityType } from "../domain/Activity.js"
+import type { InvalidMessage } from "../domain/ApiError.js"
+import { Problems } from "../domain/Problems.js"
+import { checkPayload, MESSAGE_TYPE_NAME, textOf } from "../domain/TypedMessage.js"
+
+/** Byte limits of the documents ("Limits"). */
+export const Limits = {
+  text: 65_536,
+  reaction: 64,
+  attachments: 10,
+  attachmentBytes: 4_096,
+  metadata: 16_384,
+  payload: 131_072,
+  sender: 256
+} as const
+
+const ATTACHMENT_KEYS = ["contentType", "contentUrl", "name", "size", "thumbnailUrl", "content", "channelData"] as const
+const NEEDS_TARGET = new Set(["messageReaction", "messageUpdate", "messageDelete"])
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
+
+const isType = Schema.is(ActivityType)
+const bytes = (text: string) => Buffer.byteLength(text, "utf8")
+const isObject = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
+
+/** A posted activity as read from any API, in stored field names; every field still unchecked. */
+export interface ActivityInput {
+  readonly type?: unknown
+  readonly text?: unknown
+  readonly attachments?: unknown
+  readonly metadata?: unknown
+  readonly reply_to_id?: unknown
+  readonly message_type?: unknown
+  readonly payload?: unknown
+  readonly sender?: unknown
+}
+
+/** The checked fields of a new activity. */
+export interface CheckedActivity {
+  readonly type: ActivityType
+  readonly sender: string
+  readonly text: string | null
+  readonly attachments: ReadonlyArray<Record<string, unknown>>
+  readonly metadata: Record<string, unknown>
+  readonly reply_to_id: string | null
+  readonly message_type: string | null
+  readonly payload: Record<string, unknown> | null
+}
+
+const checkAttachments = (input: unknown, problems: Problems): ReadonlyArray<Record<string, unknown>> => {
+  if (input === undefined || input === null) return []
+  if (!Array.isArray(input)) {
+    problems.add("attachments", "must be an array")
+    return []
+  }
+  if (input.length > Limits.attachments) problems.add("attachments", `at most ${Limits.attachments} attachments`)
+  const kept: Array<Record<string, unknown>> = []
+  input.forEach((item, i) => {
+    if (!isObject(item)) return problems.add("attachments", `attachment ${i} must be an object`)
+    if (typeof item["contentType"] !== "string" || item["contentType"].length === 0) {
+      return problems.add("attachments", `attachment ${i} needs a contentType`)
+    }
+    const attachment = Object.fromEntries(ATTACHMENT_KEYS.filter((k) => k in item).map((k) => [k, item[k]]))
+    if (bytes(JSON.stringify(attachment)) > Limits.attachmentBytes) {
+      return problems.add("attachments", `attachment ${i} exceeds ${Limits.attachmentBytes} bytes`)
+    }
+    kept.push(attachment)
+  })
+  return kept
+}
+
+/**
+ * Checks a posted activity against every documented rule that needs no database (422
+ * `invalid_message`, details keyed by stored field names). `reply_to_id` existence is checked later.
+ */
+export const checkActivity = (input: ActivityInput): Effect.Effect<CheckedActivity, InvalidMessage> =>
+  Effect.suspend(() => {
+    const problems = new Problems()
+    const type = input.type === undefined || input.type === null ? "message" : input.type
+    if (!isType(type)) problems.add("type", "unknown or internal activity type")
+
+    let sender = "user"
+    if (input.sender !== undefined && input.sender !== null) {
+      if (typeof input.sender !== "string" || input.sender.length === 0 || input.sender.length > Limits.sender) {
+        problems.add("sender", `must be a string of 1 to ${Limits.sender} characters`)
+      } else sender = input.sender
+    }
+
+    let text: string | null = null
+    if (input.text !== undefined && input.text !== null) {
+      if (typeof input.text !== "string") problems.add("text", "must be a string")
+      else {
+        const limit = type === "messageReaction" ? Limits.reaction : Limits.text
+        if (bytes(input.text) > limit) problems.add("text", `at most ${limit} bytes`)
+        text = input.text
+      }
+    }
+
+    const attachments = checkAttachments(input.attachments, problems)
+
+    let metadata: Record<string, unknown> = {}
+    if (input.metadata !== undefined && input.metadata !== null) {
+      if (!isObject(input.metadata)) problems.add("metadata", "must be an object")
+      else if (bytes(JSON.stringify(input.metadata)) > Limits.metadata) problems.add("metadata", `at most ${Limits.metadata} bytes`)
+      else metadata = input.metadata
+    }
+
+    let replyToId: string | null = null
+    if (input.reply_to_id !== undefined && input.reply_to_id !== null) {
+      if (typeof input.reply_to_id !== "string" || !UUID.test(input.reply_to_id)) problems.add("reply_to_id", "must be a UUID")
+      else replyToId = input.reply_to_id.toLowerCase()
+    } else if (typeof type === "string" && NEEDS_TARGET.has(type)) {
+      problems.add("reply_to_id", `is required for ${type}`)
+    }
+
+    let messageType: string | null = null
+    let payload: Record<string, unknown> | null = null
+    const hasType = input.message_type !== undefined && input.message_type !== null
+    const hasPayload = input.payload !== undefined && input.payload !== null
+    if (hasType || hasPayload) {
+      if (type !== "message") problems.add("message_type", "typed messages must have type message")
+      if (!hasType) problems.add("message_type", "is required with payload")
+      else if (typeof input.message_type !== "string" || !MESSAGE_TYPE_NAME.test(input.message_type)) {
+        problems.add("message_type", "must be a renderer name")
+      } else messageType = input.message_type
+      if (!hasPayload) problems.add("payload", "is required with message_type")
+      else if (!isObject(input.payload)) problems.add("payload", "must be an object")
+      else if (bytes(JSON.stringify(input.payload)) > Limits.payload) problems.add("payload", `at most ${Limits.payload} bytes`)
+      else if (messageType !== null) {
+        const checked = checkPayload(messageType, input.payload)
+        if (Either.isLeft(checked)) checked.left.forEach((message) => problems.add("payload", message))
+        else payload = input.payload
+      }
+    }
+    if (messageType !== null && payload !== null && text === null) text = textOf(messageType, payload)
+
+    return problems.checkMessage("the activity is invalid").pipe(
+      Effect.as({
+        type: type as ActivityType,
+        sender,
+        text,
+        attachments,
+        metadata,
+        reply_to_id: replyToId,
+        message_type: messageType,
+        payload
+      })
+    )
+  })

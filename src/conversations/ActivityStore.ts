@@ -1,0 +1,188 @@
+import { SqlClient, SqlSchema } from "@effect/sql"
+import type { SqlError } from "@effect/sql/SqlError"
+import { Data, Deferred, Effect, Either, Queue, Schema } from "effect"
+import { isUniqueViolation } from "../db/SqlErrors.js"
+import type { Activity, ActivityDraft } from "../domain/Activity.js"
+import { redactSensitive } from "../domain/Redaction.js"
+import { ACTIVITY_COLUMNS, ActivityFromRow } from "./ActivityRows.js"
+
+/** Another writer moved the conversation's head, or stored one of these ids or keys first. */
+export class SeqTaken extends Data.TaggedError("SeqTaken")<{ readonly conversationId: string }> {}
+
+/** The database refused or could not take the write; nothing of the group was stored. */
+export class WriteFailed extends Data.TaggedError("WriteFailed")<{ readonly cause: SqlError }> {}
+
+/** A delivery row planned for a new activity; its payload is the stored activity, redacted. */
+export interface PlannedDelivery {
+  readonly id: string
+  readonly activityId: string
+  readonly channelId: string
+}
+
+/**
+ * Consecutive activities of one conversation written atomically: they take seqs
+ * `oldHead + 1 …`, and the conversation's head moves from `oldHead` only if nobody moved it first.
+ */
+export interface WriteGroup {
+  readonly conversationId: string
+  readonly tenantId: string
+  readonly oldHead: number
+  readonly activities: ReadonlyArray<ActivityDraft>
+  readonly deliveries: ReadonlyArray<PlannedDelivery>
+  /** A status the conversation takes with this group (close and reopen). */
+  readonly status: "active" | "closed" | null
+}
+
+interface Pending {
+  readonly group: WriteGroup
+  readonly done: Deferred.Deferred<ReadonlyArray<Activity>, SeqTaken | WriteFailed>
+}
+
+/** Groups written in one transaction at the most; more wait for the next round. */
+const MAX_GROUPS_PER_TRANSACTION = 128
+/** Transactions in flight at once; each holds one pool connection. */
+const WRITERS = 4
+
+const json = (value: unknown) => (value === null ? null : JSON.stringify(value))
+
+/**
+ * The node's activity writer. Appends from every conversation entity on this node are written
+ * in shared transactions with multi-row statements (group commit): a round trip per batch, not per
+ * activity. Gap-free seq is enforced by the database: a group commits only if the conversation's
+ * `head_seq` still equals its `oldHead`, and `(conversation_id, seq)` is the primary key.
+ */
+export class ActivityStore extends Effect.Service<ActivityStore>()("parley/ActivityStore", {
+  scoped: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const queue = yield* Effect.acquireRelease(Queue.unbounded<Pending>(), Queue.shutdown)
+
+    const writeGroups = (groups: ReadonlyArray<WriteGroup>) =>
+      Effect.gen(function*() {
+        const moved = yield* sql<{ id: string }>`
+          UPDATE conversations c
+          SET head_seq = v.new_head, updated_at = now(),
+              status = COALESCE(v.status, c.status),
+              closed_at = CASE WHEN v.status = 'closed' THEN now() WHEN v.status = 'active' THEN NULL ELSE c.closed_at END
+          FROM UNNEST(${groups.map((g) => g.conversationId)}::uuid[], ${groups.map((g) => g.oldHead)}::int8[],
+                      ${groups.map((g) => g.oldHead + g.activities.length)}::int8[], ${groups.map((g) => g.status)}::text[])
+               AS v(id, old_head, new_head, status)
+          WHERE c.id = v.id AND c.head_seq = v.old_head
+          RETURNING c.id`
+        if (moved.length !== groups.length) return yield* new SeqTaken({ conversationId: groups[0]!.conversationId })
+        const rows = groups.flatMap((g) => g.activities.map((a, i) => ({ g, a, seq: g.oldHead + 1 + i })))
+        const inserted = yield* sql`
+          INSERT INTO activities (conversation_id, seq, id, tenant_id, type, sender, text, attachments, metadata,
+                                  idempotency_key, reply_to_id, message_type, payload, source_channel_id)
+          SELECT t.conversation_id, t.seq, t.id, t.tenant_id, t.type, t.sender, t.text, t.attachments::jsonb,
+                 t.metadata::jsonb, t.idempotency_key, t.reply_to_id, t.message_type, t.payload::jsonb, t.source_channel_id
+          FROM UNNEST(
+            ${rows.map((r) => r.g.conversationId)}::uuid[], ${rows.map((r) => r.seq)}::int8[],
+            ${rows.map((r) => r.a.id)}::uuid[], ${rows.map((r) => r.g.tenantId)}::uuid[],
+            ${rows.map((r) => r.a.type)}::text[], ${rows.map((r) => r.a.sender)}::text[],
+            ${rows.map((r) => r.a.text)}::text[], ${rows.map((r) => JSON.stringify(r.a.attachments))}::text[],
+            ${rows.map((r) => JSON.stringify(r.a.metadata))}::text[], ${rows.map((r) => r.a.idempotency_key)}::text[],
+            ${rows.map((r) => r.a.reply_to_id)}::uuid[], ${rows.map((r) => r.a.message_type)}::text[],
+            ${rows.map((r) => json(r.a.payload))}::text[], ${rows.map((r) => r.a.source_channel_id)}::uuid[]
+          ) AS t(conversation_id, seq, id, tenant_id, type, sender, text, attachments, metadata, idempotency_key,
+                 reply_to_id, message_type, payload, source_channel_id)
+          RETURNING ${sql.literal(ACTIVITY_COLUMNS)}`
+        const activities = yield* Schema.decodeUnknown(Schema.Array(ActivityFromRow))(inserted).pipe(Effect.orDie)
+        const byId = new Map(activities.map((a) => [a.id, a]))
+        const deliveries = groups.flatMap((g) => g.deliveries.map((d) => ({ g, d })))
+        if (deliveries.length > 0) {
+          yield* sql`
+            INSERT INTO deliveries (id, tenant_id, activity_id, conversation_id, channel_id, payload, next_attempt_at)
+            SELECT t.id, t.tenant_id, t.activity_id, t.conversation_id, t.channel_id, t.payload::jsonb, now()
+            FROM UNNEST(${deliveries.map((x) => x.d.id)}::uuid[], ${deliveries.map((x) => x.g.tenantId)}::uuid[],
+                        ${deliveries.map((x) => x.d.activityId)}::uuid[], ${deliveries.map((x) => x.g.conversationId)}::uuid[],
+                        ${deliveries.map((x) => x.d.channelId)}::uuid[], ${deliveries.map((x) => JSON.stringify(redactSensitive(byId.get(x.d.activityId))))}::text[])
+                 AS t(id, tenant_id, activity_id, conversation_id, channel_id, payload)`
+        }
+        const edits = rows.filter((r) => r.a.type === "messageUpdate").map((r) => r.a.reply_to_id)
+        if (edits.length > 0) yield* sql`UPDATE activities SET edited_at = now() WHERE id = ANY(${edits}::uuid[])`
+        const deletes = rows.filter((r) => r.a.type === "messageDelete").map((r) => r.a.reply_to_id)
+        if (deletes.length > 0) {
+          yield* sql`UPDATE activities SET deleted_at = COALESCE(deleted_at, now()) WHERE id = ANY(${deletes}::uuid[])`
+        }
+        return activities
+      }).pipe(
+        sql.withTransaction,
+        Effect.catchTag("SqlError", (cause) =>
+          Effect.fail(
+            isUniqueViolation(cause)
+              ? new SeqTaken({ conversationId: groups[0]!.conversationId })
+              : new WriteFailed({ cause })
+          ))
+      )
+
+    const settle = (batch: ReadonlyArray<Pending>, inserted: ReadonlyArray<Activity>) => {
+      const byId = new Map(inserted.map((a) => [a.id, a]))
+      return Effect.forEach(batch, ({ done, group }) =>
+        Deferred.succeed(done, group.activities.map((a) => byId.get(a.id)!)), { discard: true })
+    }
+
+    /** One transaction for the batch; if it fails, each group alone, so one conflict fails one group. */
+    const writeBatch = (batch: ReadonlyArray<Pending>) =>
+      Effect.gen(function*() {
+        const together = yield* Effect.either(writeGroups(batch.map((p) => p.group)))
+        if (Either.isRight(together)) return yield* settle(batch, together.right)
+        if (batch.length === 1 || together.left._tag === "WriteFailed") {
+          return yield* Effect.forEach(batch, ({ done }) => Deferred.fail(done, together.left), { discard: true })
+        }
+        yield* Effect.forEach(batch, (pending) =>
+          writeGroups([pending.group]).pipe(
+            Effect.matchEffect({
+              onFailure: (error) => Deferred.fail(pending.done, error),
+              onSuccess: (inserted) => settle([pending], inserted)
+            })
+          ), { discard: true })
+      })
+
+    yield* Effect.forkScoped(
+      Effect.forever(Queue.takeBetween(queue, 1, MAX_GROUPS_PER_TRANSACTION).pipe(
+        Effect.flatMap((chunk) => writeBatch([...chunk]))
+      )).pipe(Effect.replicateEffect(WRITERS, { concurrency: "unbounded", discard: true }))
+    )
+
+    /** Writes one group, sharing a transaction with whatever else is waiting. */
+    const write = (group: WriteGroup) =>
+      Effect.gen(function*() {
+        const done = yield* Deferred.make<ReadonlyArray<Activity>, SeqTaken | WriteFailed>()
+        yield* Queue.offer(queue, { group, done })
+        return yield* Deferred.await(done)
+      })
+
+    const findActivities = SqlSchema.findAll({
+      Request: Schema.Struct({
+        conversationId: Schema.String,
+        ids: Schema.Array(Schema.String),
+        keys: Schema.Array(Schema.String)
+      }),
+      Result: ActivityFromRow,
+      execute: ({ conversationId, ids, keys }) =>
+        sql`SELECT ${sql.literal(ACTIVITY_COLUMNS)} FROM activities
+            WHERE conversation_id = ${conversationId}
+              AND (id = ANY(${ids}::uuid[]) OR idempotency_key = ANY(${keys}::text[]))`
+    })
+
+    /** Activities of the conversation already stored under any of these ids or idempotency keys. */
+    const findExisting = (conversationId: string, ids: ReadonlyArray<string>, keys: ReadonlyArray<string>) =>
+      findActivities({ conversationId, ids, keys })
+
+    const readRange = SqlSchema.findAll({
+      Request: Schema.Struct({ conversationId: Schema.String, after: Schema.Number, limit: Schema.Number }),
+      Result: ActivityFromRow,
+      execute: ({ after, conversationId, limit }) =>
+        sql`SELECT ${sql.literal(ACTIVITY_COLUMNS)} FROM activities
+            WHERE conversation_id = ${conversationId} AND seq > ${after}
+            ORDER BY seq LIMIT ${limit}`
+    })
+
+    /** Up to `limit` activities with seq above `after`, oldest first. */
+    const readAfter = (conversationId: string, after: number, limit: number) =>
+      readRange({ conversationId, after, limit })
+
+    return { write, findExisting, readAfter } as const
+  })
+}) {}
+

@@ -1,0 +1,156 @@
+import { SqlClient, SqlSchema } from "@effect/sql"
+import { Effect, Option, Schema } from "effect"
+import { Conversation, ConversationChannel, Participant } from "../domain/Conversation.js"
+
+const Row = Schema.Struct({
+  id: Schema.String,
+  status: Schema.Literal("active", "closed"),
+  metadata: Schema.Record({ key: Schema.String, value: Schema.Unknown }),
+  channel_id: Schema.String,
+  origin_channel_id: Schema.String,
+  tenant_id: Schema.String,
+  participant_id: Schema.NullOr(Schema.String),
+  inserted_at: Schema.String,
+  updated_at: Schema.String,
+  p_id: Schema.NullOr(Schema.String),
+  p_external_id: Schema.NullOr(Schema.String),
+  p_display_name: Schema.NullOr(Schema.String),
+  p_opted_out_at: Schema.NullOr(Schema.String)
+})
+type Row = typeof Row.Type
+
+const toConversation = (row: Row, withParticipant: boolean) =>
+  new Conversation({
+    id: row.id,
+    status: row.status,
+    metadata: row.metadata,
+    channel_id: row.channel_id,
+    origin_channel_id: row.origin_channel_id,
+    tenant_id: row.tenant_id,
+    participant_id: row.participant_id,
+    participant: withParticipant && row.p_id !== null
+      ? new Participant({
+        id: row.p_id,
+        external_id: row.p_external_id!,
+        display_name: row.p_display_name,
+        opted_out_at: row.p_opted_out_at
+      })
+      : null,
+    inserted_at: row.inserted_at,
+    updated_at: row.updated_at
+  })
+
+const SELECT = `
+  SELECT c.id, c.status, c.metadata, c.channel_id, c.origin_channel_id, c.tenant_id, c.participant_id,
+         c.inserted_at, c.updated_at, p.id AS p_id, p.external_id AS p_external_id,
+         p.display_name AS p_display_name, p.opted_out_at AS p_opted_out_at
+  FROM conversations c LEFT JOIN participants p ON p.id = c.participant_id`
+
+/** Filters of `GET /conversations`. */
+export interface ListFilter {
+  readonly tenantId: string
+  readonly status: "active" | "closed" | null
+  readonly channelId: string | null
+  readonly externalId: string | null
+  /** Keyset position: (inserted_at, id) of the last row of the previous page. */
+  readonly after: readonly [string, string] | null
+  readonly limit: number
+}
+
+/** Reads and creates conversations; appends go through the conversation entity. */
+export class ConversationRepo extends Effect.Service<ConversationRepo>()("parley/ConversationRepo", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+
+    const findRow = SqlSchema.findOne({
+      Request: Schema.Struct({ tenantId: Schema.String, id: Schema.String }),
+      Result: Row,
+      execute: ({ id, tenantId }) => sql`${sql.literal(SELECT)} WHERE c.id = ${id} AND c.tenant_id = ${tenantId}`
+    })
+
+    const channelsOf = SqlSchema.findAll({
+      Request: Schema.String,
+      Result: ConversationChannel,
+      execute: (id) =>
+        sql`SELECT channel_id, role, participant_id, inserted_at FROM conversation_channels
+            WHERE conversation_id = ${id} ORDER BY inserted_at, channel_id`
+    })
+
+    /** The conversation with its participant, and with `channels` when asked. */
+    const find = (tenantId: string, id: string, options: { readonly participant: boolean; readonly channels: boolean }) =>
+      findRow({ tenantId, id }).pipe(
+        Effect.flatMap(Option.match({
+          onNone: () => Effect.succeedNone,
+          onSome: (row) =>
+            options.channels
+              ? Effect.map(channelsOf(id), (channels) =>
+                Option.some(new Conversation({ ...toConversation(row, options.participant), channels })))
+              : Effect.succeedSome(toConversation(row, options.participant))
+        }))
+      )
+
+    const listRows = SqlSchema.findAll({
+      Request: Schema.Any,
+      Result: Row,
+      execute: (f: ListFilter) =>
+        sql`${sql.literal(SELECT)}
+            WHERE c.tenant_id = ${f.tenantId}
+              ${f.status === null ? sql`` : sql`AND c.status = ${f.status}`}
+              ${f.channelId === null ? sql`` : sql`AND c.channel_id = ${f.channelId}`}
+              ${f.externalId === null ? sql`` : sql`AND p.external_id = ${f.externalId}`}
+              ${f.after === null ? sql`` : sql`AND (c.inserted_at, c.id) < (${f.after[0]}::timestamptz, ${f.after[1]}::uuid)`}
+            ORDER BY c.inserted_at DESC, c.id DESC
+            LIMIT ${f.limit + 1}`
+    })
+
+    /** One page, newest first; `hasMore` when a further row exists. */
+    const list = (filter: ListFilter) =>
+      Effect.map(listRows(filter), (rows) => ({
+        items: rows.slice(0, filter.limit).map((row) => toConversation(row, true)),
+        hasMore: rows.length > filter.limit
+      }))
+
+    /** Creates a conversation on a channel (its origin); the channel is linked with role `origin`. */
+    const create = (input: {
+      readonly tenantId: string
+      readonly channelId: string
+      readonly status: "active" | "closed"
+      readonly metadata: Record<string, unknown>
+    }) =>
+      Effect.gen(function*() {
+        const id = crypto.randomUUID()
+        yield* sql`
+          INSERT INTO conversations (id, tenant_id, channel_id, origin_channel_id, status, metadata, closed_at)
+          VALUES (${id}, ${input.tenantId}, ${input.channelId}, ${input.channelId}, ${input.status},
+                  ${JSON.stringify(input.metadata)}::jsonb, ${input.status === "closed" ? sql`now()` : null})`
+        yield* sql`INSERT INTO conversation_channels (conversation_id, channel_id, role) VALUES (${id}, ${input.channelId}, 'origin')`
+        const row = yield* findRow({ tenantId: input.tenantId, id })
+        return toConversation(Option.getOrThrow(row), false)
+      }).pipe(sql.withTransaction)
+
+    const TargetRow = Schema.Struct({ conversation_id: Schema.String, sender: Schema.String })
+    const findTarget = SqlSchema.findOne({
+      Request: Schema.String,
+      Result: TargetRow,
+      execute: (id) => sql`SELECT conversation_id, sender FROM activities WHERE id = ${id}`
+    })
+
+    const SeqRow = Schema.Struct({ seq: Schema.NumberFromString })
+    const findSeq = SqlSchema.findOne({
+      Request: Schema.Struct({ conversationId: Schema.String, id: Schema.String }),
+      Result: SeqRow,
+      execute: ({ conversationId, id }) =>
+        sql`SELECT seq FROM activities WHERE conversation_id = ${conversationId} AND id = ${id}`
+    })
+
+    return {
+      find,
+      list,
+      create,
+      /** The conversation and sender of an activity, for `reply_to_id` rules. */
+      findTarget,
+      /** The seq of an activity of the conversation (legacy watermark form). */
+      seqOf: (conversationId: string, id: string) => Effect.map(findSeq({ conversationId, id }), Option.map((r) => r.seq))
+    } as const
+  })
+}) {}

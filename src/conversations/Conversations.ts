@@ -1,0 +1,155 @@
+import { Effect, Either, Option } from "effect"
+import { ConversationEntity } from "../../cluster/ConversationEntity.js"
+import { orUnavailable } from "../db/SqlFailure.js"
+import { type Activity, ActivityDraft } from "../domain/Activity.js"
+import {
+  BadRequest,
+  InvalidMessage,
+  InvalidWatermark,
+  NotFound,
+  Unavailable
+} from "../domain/ApiError.js"
+import { decodeWatermark } from "../domain/Watermark.js"
+import { type ActivityInput, checkActivity } from "./ActivityRules.js"
+import { ActivityStore } from "./ActivityStore.js"
+import { ConversationRepo, type ListFilter } from "./ConversationRepo.js"
+
+/** How long the entity may still write an append after it was sent. */
+const WRITE_DEADLINE_MS = 5_000
+/** How long a caller waits for the entity; longer than the write deadline, so 503 means not stored. */
+const CALL_TIMEOUT_MS = 8_000
+
+const clusterUnavailable = () =>
+  new Unavailable({
+    message: "the conversation is moving between nodes, retry later",
+    reason: "cluster_unavailable",
+    retry_after_ms: 1000 + Math.floor(Math.random() * 1000)
+  })
+
+/** Maps what any cluster call can fail with besides its declared errors. */
+const clusterCall = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  effect.pipe(
+    // Cluster calls retry forever while a shard moves: every call gets a deadline.
+    Effect.timeoutFail({ duration: CALL_TIMEOUT_MS, onTimeout: clusterUnavailable }),
+    Effect.catchIf(
+      (e): e is Extract<E, { readonly _tag: "MailboxFull" | "AlreadyProcessingMessage" | "PersistenceError" }> =>
+        typeof e === "object" && e !== null && "_tag" in e &&
+        (e._tag === "MailboxFull" || e._tag === "AlreadyProcessingMessage" || e._tag === "PersistenceError"),
+      () => Effect.fail(clusterUnavailable())
+    )
+  )
+
+const notFound = (id: string) => new NotFound({ message: `conversation ${id} not found` })
+
+/** Where a list of activities starts; a legacy activity-id watermark is looked up. */
+export type ActivityPage = { readonly items: ReadonlyArray<Activity>; readonly watermark: number | null; readonly hasMore: boolean }
+
+/** Conversations and their activities: reads from the database, every write through the entity. */
+export class Conversations extends Effect.Service<Conversations>()("parley/Conversations", {
+  effect: Effect.gen(function*() {
+    const repo = yield* ConversationRepo
+    const store = yield* ActivityStore
+    const entity = yield* ConversationEntity.client
+
+    /** The conversation if it exists and belongs to the tenant (and to `channelId` when given). */
+    const get = (tenantId: string, id: string, options: { readonly channels: boolean; readonly channelId?: string }) =>
+      repo.find(tenantId, id, { participant: true, channels: options.channels }).pipe(
+        orUnavailable,
+        Effect.flatMap(Option.match({
+          onNone: () => Effect.fail(notFound(id)),
+          onSome: (conversation) =>
+            options.channelId !== undefined && conversation.channel_id !== options.channelId
+              ? Effect.fail(notFound(id))
+              : Effect.succeed(conversation)
+        }))
+      )
+
+    const list = (filter: ListFilter) => repo.list(filter).pipe(orUnavailable)
+
+    /** Checks `reply_to_id`: an activity of this conversation; edits and deletes only of one's own. */
+    const checkTarget = (conversationId: string, type: string, sender: string, replyToId: string | null) =>
+      replyToId === null ? Effect.void : repo.findTarget(replyToId).pipe(
+        orUnavailable,
+        Effect.flatMap(Option.match({
+          onNone: () => Effect.fail("is not an activity of this conversation"),
+          onSome: (target) =>
+            target.conversation_id !== conversationId
+              ? Effect.fail("is not an activity of this conversation")
+              : (type === "messageUpdate" || type === "messageDelete") && target.sender !== sender
+              ? Effect.fail("cannot edit or delete someone else's message")
+              : Effect.void
+        })),
+        Effect.catchIf(
+          (e): e is string => typeof e === "string",
+          (message) => Effect.fail(new InvalidMessage({ message: "the activity is invalid", fields: { reply_to_id: [message] } }))
+        )
+      )
+
+    /**
+     * Validates and appends an activity. A repeated idempotency key returns the original activity.
+     * A failure means nothing was stored.
+     */
+    const append = (
+      tenantId: string,
+      conversationId: string,
+      input: ActivityInput,
+      options: { readonly idempotencyKey: string | null; readonly sourceChannelId: string | null }
+    ) =>
+      Effect.gen(function*() {
+        const checked = yield* checkActivity(input)
+        if (options.idempotencyKey !== null && (options.idempotencyKey.length === 0 || options.idempotencyKey.length > 255)) {
+          return yield* new BadRequest({ message: "x-idempotency-key must be 1 to 255 characters" })
+        }
+        yield* checkTarget(conversationId, checked.type, checked.sender, checked.reply_to_id)
+        const draft = new ActivityDraft({
+          ...checked,
+          id: crypto.randomUUID(),
+          idempotency_key: options.idempotencyKey,
+          source_channel_id: options.sourceChannelId
+        })
+        return yield* clusterCall(
+          entity(conversationId).Append({ tenantId, draft, deadline: Date.now() + WRITE_DEADLINE_MS })
+        )
+      })
+
+    /** Closes or reopens; idempotent. Returns the conversation as it is afterwards. */
+    const setStatus = (tenantId: string, id: string, status: "active" | "closed", channelId?: string) =>
+      Effect.gen(function*() {
+        yield* get(tenantId, id, { channels: false, ...(channelId === undefined ? {} : { channelId }) })
+        yield* clusterCall(entity(id).SetStatus({ tenantId, status, reason: "manual", idleSince: null }))
+        const after = yield* get(tenantId, id, { channels: false })
+        return { ...after, participant: null }
+      })
+
+    /**
+     * A page of activities after a watermark, oldest first. An empty page echoes the position sent.
+     * Malformed watermarks are 400 `invalid_watermark`.
+     */
+    const activities = (tenantId: string, id: string, watermark: string | undefined, limit: number, channelId?: string) =>
+      Effect.gen(function*() {
+        yield* get(tenantId, id, { channels: false, ...(channelId === undefined ? {} : { channelId }) })
+        let after = 0
+        if (watermark !== undefined) {
+          const position = decodeWatermark(watermark)
+          if (Either.isLeft(position)) return yield* new InvalidWatermark({ message: position.left })
+          if (position.right._tag === "Seq") after = position.right.seq
+          else {
+            const seq = yield* repo.seqOf(id, position.right.id).pipe(orUnavailable)
+            if (Option.isNone(seq)) return yield* new InvalidWatermark({ message: "the watermark names no activity of this conversation" })
+            after = seq.value
+          }
+        }
+        const rows = yield* store.readAfter(id, after, limit + 1).pipe(orUnavailable)
+        const items = rows.slice(0, limit)
+        return {
+          items,
+          watermark: items.length > 0 ? items[items.length - 1]!.seq : watermark === undefined ? null : after,
+          hasMore: rows.length > limit
+        } satisfies ActivityPage
+      })
+
+    return { get, list, append, setStatus, activities, create: (input: Parameters<typeof repo.create>[0]) => repo.create(input).pipe(orUnavailable) } as const
+  }),
+  dependencies: [ConversationRepo.Default]
+}) {}
+

@@ -1,0 +1,53 @@
+import { Schema } from "effect"
+
+/** Every activity type a client may post; `deliveryReceipt` is internal and refused. */
+export const ActivityType = Schema.Literal(
+  "message",
+  "event",
+  "typing",
+  "messageReaction",
+  "messageUpdate",
+  "messageDelete",
+  "conversationUpdate",
+  "endOfConversation"
+)
+export type ActivityType = typeof ActivityType.Type
+
+const JsonObject = Schema.Record({ key: Schema.String, value: Schema.Unknown })
+
+/** The canonical activity (server-apis.md): the tenant API's shape and the body of outbound webhooks. */
+export class Activity extends Schema.Class<Activity>("Activity")({
+  id: Schema.UUID,
+  type: ActivityType,
+  sender: Schema.String,
+  text: Schema.NullOr(Schema.String),
+  attachments: Schema.Array(JsonObject),
+  metadata: JsonObject,
+  idempotency_key: Schema.NullOr(Schema.String),
+  seq: Schema.Int,
+  reply_to_id: Schema.NullOr(Schema.UUID),
+  message_type: Schema.NullOr(Schema.String),
+  payload: Schema.NullOr(JsonObject),
+  source_channel_id: Schema.NullOr(Schema.UUID),
+  edited_at: Schema.NullOr(Schema.String),
+  deleted_at: Schema.NullOr(Schema.String),
+  conversation_id: Schema.UUID,
+  tenant_id: Schema.UUID,
+  inserted_at: Schema.String
+}) {}
+
+/** An activity accepted by validation, before it has a seq: what the conversation entity appends. */
+export class ActivityDraft extends Schema.Class<ActivityDraft>("ActivityDraft")({
+  /** Chosen before the entity call, so a call re-sent after a crash is recognised. */
+  id: Schema.UUID,
+  type: ActivityType,
+  sender: Schema.String,
+  text: Schema.NullOr(Schema.String),
+  attachments: Schema.Array(JsonObject),
+  metadata: JsonObject,
+  idempotency_key: Schema.NullOr(Schema.String),
+  reply_to_id: Schema.NullOr(Schema.UUID),
+  message_type: Schema.NullOr(Schema.String),
+  payload: Schema.NullOr(JsonObject),
+  source_channel_id: Schema.NullOr(Schema.UUID)
+}) {}

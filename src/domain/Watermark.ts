@@ -1,0 +1,41 @@
+import { Data, Either } from "effect"
+
+/** A decoded watermark: a seq, or (legacy form) the id of the last activity seen. */
+export type Position = Data.TaggedEnum<{
+  Seq: { readonly seq: number }
+  ActivityId: { readonly id: string }
+}>
+export const Position = Data.taggedEnum<Position>()
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
+
+const decodeBase64Url = (text: string): string | undefined => {
+  if (!/^[A-Za-z0-9_\-+/]+={0,2}$/.test(text)) return undefined
+  const decoded = Buffer.from(text.replaceAll("+", "-").replaceAll("/", "_"), "base64url").toString("utf8")
+  return decoded.length > 0 ? decoded : undefined
+}
+
+/**
+ * Reads every accepted watermark form: an integer, its decimal string, URL-safe Base64 of
+ * `seq:<n>`, and the legacy Base64 activity-id form. Left when the input is none of them.
+ */
+export const decodeWatermark = (input: unknown): Either.Either<Position, string> => {
+  if (typeof input === "number") {
+    return Number.isSafeInteger(input) && input >= 0
+      ? Either.right(Position.Seq({ seq: input }))
+      : Either.left("a numeric watermark must be a non-negative integer")
+  }
+  if (typeof input !== "string" || input.length === 0 || input.length > 200) return Either.left("malformed watermark")
+  if (/^\d{1,15}$/.test(input)) return Either.right(Position.Seq({ seq: Number(input) }))
+  const decoded = decodeBase64Url(input)
+  if (decoded !== undefined) {
+    const seq = /^seq:(\d{1,15})$/.exec(decoded)
+    if (seq !== null) return Either.right(Position.Seq({ seq: Number(seq[1]) }))
+    const legacy = /^(?:activity:)?([0-9a-fA-F-]{36})$/.exec(decoded)
+    if (legacy !== null && UUID.test(legacy[1]!)) return Either.right(Position.ActivityId({ id: legacy[1]!.toLowerCase() }))
+  }
+  return Either.left("malformed watermark")
+}
+
+/** The opaque form still emitted by the legacy Phoenix `activitySet` frame. */
+export const opaqueWatermark = (seq: number): string => Buffer.from(`seq:${seq}`).toString("base64url")

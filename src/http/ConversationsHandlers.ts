@@ -1,0 +1,95 @@
+import { HttpApiBuilder } from "@effect/platform"
+import { Effect } from "effect"
+import { Conversations } from "../conversations/Conversations.js"
+import { BadRequest } from "../domain/ApiError.js"
+import { requireScope } from "./ApiKeyAuth.js"
+import { decodeCursor, encodeCursor, parseLimit, parseUuid } from "./Paging.js"
+import { ParleyApi } from "./ParleyApi.js"
+
+const channelScope = (channelId: string | null) => (channelId === null ? {} : { channelId })
+
+export const ConversationsHandlers = HttpApiBuilder.group(ParleyApi, "conversations", (handlers) =>
+  Effect.gen(function*() {
+    const conversations = yield* Conversations
+    const setStatus = (status: "active" | "closed") => ({ path }: { readonly path: { readonly id: string } }) =>
+      Effect.gen(function*() {
+        const credential = yield* requireScope("write")
+        const data = yield* conversations.setStatus(
+          credential.tenantId,
+          path.id,
+          status,
+          ...(credential.channelId === null ? [] : [credential.channelId])
+        )
+        return { data }
+      })
+    return handlers
+      .handle("get", ({ path }) =>
+        Effect.gen(function*() {
+          const credential = yield* requireScope("read")
+          const data = yield* conversations.get(credential.tenantId, path.id, {
+            channels: true,
+            ...channelScope(credential.channelId)
+          })
+          return { data }
+        }))
+      .handle("close", setStatus("closed"))
+      .handle("reopen", setStatus("active"))
+      .handle("appendActivity", ({ headers, path, payload }) =>
+        Effect.gen(function*() {
+          const credential = yield* requireScope("write")
+          if (credential.channelId !== null) {
+            yield* conversations.get(credential.tenantId, path.id, { channels: false, channelId: credential.channelId })
+          }
+          const data = yield* conversations.append(credential.tenantId, path.id, payload, {
+            idempotencyKey: headers["x-idempotency-key"] ?? null,
+            sourceChannelId: null
+          })
+          return { data }
+        }))
+      .handle("listActivities", ({ path, urlParams }) =>
+        Effect.gen(function*() {
+          const credential = yield* requireScope("read")
+          const limit = yield* parseLimit(urlParams.limit, 100, 1000)
+          const page = yield* conversations.activities(
+            credential.tenantId,
+            path.id,
+            urlParams.watermark,
+            limit,
+            ...(credential.channelId === null ? [] : [credential.channelId])
+          )
+          return { data: page.items, meta: { watermark: page.watermark, has_more: page.hasMore, limit } }
+        }))
+  }))
+
+export const ConversationListHandlers = HttpApiBuilder.group(ParleyApi, "conversationList", (handlers) =>
+  Effect.gen(function*() {
+    const conversations = yield* Conversations
+    return handlers.handle("list", ({ urlParams }) =>
+      Effect.gen(function*() {
+        const credential = yield* requireScope("read")
+        const limit = yield* parseLimit(urlParams.limit, 50, 500)
+        const status = urlParams.status ?? null
+        if (status !== null && status !== "active" && status !== "closed") {
+          return yield* new BadRequest({ message: "status must be active or closed" })
+        }
+        const channelId = urlParams.channel_id === undefined ? null : yield* parseUuid(urlParams.channel_id, "channel_id")
+        const after = urlParams.cursor === undefined ? null : yield* decodeCursor(urlParams.cursor)
+        const page = yield* conversations.list({
+          tenantId: credential.tenantId,
+          status,
+          channelId,
+          externalId: urlParams.external_id ?? null,
+          after,
+          limit
+        })
+        const last = page.items[page.items.length - 1]
+        return {
+          data: page.items,
+          meta: {
+            next_cursor: page.hasMore && last !== undefined ? encodeCursor(last.inserted_at, last.id) : null,
+            has_more: page.hasMore,
+            limit
+          }
+        }
+      }))
+  }))

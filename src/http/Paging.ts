@@ -1,0 +1,34 @@
+import { Effect } from "effect"
+import { BadRequest } from "../domain/ApiError.js"
+
+/** Reads a `limit` query parameter: default when absent, capped at `max`, 400 when not a positive integer. */
+export const parseLimit = (raw: string | undefined, fallback: number, max: number) =>
+  raw === undefined
+    ? Effect.succeed(fallback)
+    : /^\d{1,9}$/.test(raw) && Number(raw) > 0
+    ? Effect.succeed(Math.min(Number(raw), max))
+    : Effect.fail(new BadRequest({ message: "limit must be a positive integer" }))
+
+/** An opaque keyset cursor of (timestamp, id). */
+export const encodeCursor = (at: string, id: string) => Buffer.from(JSON.stringify([at, id])).toString("base64url")
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
+const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?Z$/
+
+/** Reads a cursor made by `encodeCursor`; 400 when it is not one. */
+export const decodeCursor = (raw: string) =>
+  Effect.try({
+    try: () => JSON.parse(Buffer.from(raw, "base64url").toString("utf8")) as unknown,
+    catch: () => new BadRequest({ message: "invalid cursor" })
+  }).pipe(
+    Effect.flatMap((value) =>
+      Array.isArray(value) && value.length === 2 && typeof value[0] === "string" && ISO.test(value[0]) &&
+        typeof value[1] === "string" && UUID.test(value[1])
+        ? Effect.succeed([value[0], value[1]] as const)
+        : Effect.fail(new BadRequest({ message: "invalid cursor" }))
+    )
+  )
+
+/** 400 unless the value is a UUID. */
+export const parseUuid = (raw: string, name: string) =>
+  UUID.test(raw) ? Effect.succeed(raw.toLowerCase()) : Effect.fail(new BadRequest({ message: `${name} must be a UUID` }))

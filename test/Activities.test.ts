@@ -1,0 +1,207 @@
+import { describe, expect, layer } from "@effect/vitest"
+import { Effect } from "effect"
+import { query } from "./support/TestDatabase.js"
+import { tenantApi, tenantWithConversation } from "./support/Fixtures.js"
+import { TestNodeLive } from "./support/TestNode.js"
+
+const countActivities = (conversationId: string) =>
+  Effect.map(query<{ n: string }>("SELECT count(*) AS n FROM activities WHERE conversation_id = $1", [conversationId]), (r) =>
+    Number(r[0]!.n))
+
+layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (it) => {
+  describe("append", () => {
+    it.effect("stores a message with seq 1, 2, 3 and the documented fields", () =>
+      Effect.gen(function*() {
+        const { conversationId, key, tenant } = yield* tenantWithConversation
+        const first = yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, { text: "hi" })
+        expect(first.status).toBe(201)
+        expect(first.body.data).toMatchObject({
+          type: "message",
+          sender: "user",
+          text: "hi",
+          attachments: [],
+          metadata: {},
+          seq: 1,
+          conversation_id: conversationId,
+          tenant_id: tenant.id,
+          source_channel_id: null,
+          idempotency_key: null
+        })
+        const second = yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, {
+          text: "again",
+          sender: "agent",
+          seq: 99,
+          tenant_id: "ignored"
+        })
+        expect(second.body.data).toMatchObject({ seq: 2, sender: "agent" })
+      }))
+
+    it.effect("concurrent appends get gap-free seqs", () =>
+      Effect.gen(function*() {
+        const { conversationId, key } = yield* tenantWithConversation
+        const replies = yield* Effect.forEach(
+          Array.from({ length: 40 }, (_, i) => i),
+          (i) => tenantApi(key, "POST", `/conversations/${conversationId}/activities`, { text: `m${i}` }),
+          { concurrency: 40 }
+        )
+        expect(replies.every((r) => r.status === 201)).toBe(true)
+        expect(replies.map((r) => r.body.data.seq).sort((a, b) => a - b)).toEqual(Array.from({ length: 40 }, (_, i) => i + 1))
+      }))
+
+    it.effect("a repeated idempotency key returns the original and stores nothing", () =>
+      Effect.gen(function*() {
+        const { conversationId, key } = yield* tenantWithConversation
+        const headers = { "x-idempotency-key": "k-1" }
+        const first = yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, { text: "once" }, headers)
+        const again = yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, { text: "twice" }, headers)
+        expect(again.status).toBe(201)
+        expect(again.body.data).toEqual(first.body.data)
+        expect(yield* countActivities(conversationId)).toBe(1)
+      }))
+
+    it.effect("invalid activities are 422 invalid_message per field and store nothing", () =>
+      Effect.gen(function*() {
+        const { conversationId, key } = yield* tenantWithConversation
+        const cases: Array<[unknown, string]> = [
+          [{ type: "deliveryReceipt" }, "type"],
+          [{ type: "bogus" }, "type"],
+          [{ text: "x".repeat(65_537) }, "text"],
+          [{ type: "messageReaction", text: "x".repeat(65), reply_to_id: crypto.randomUUID() }, "text"],
+          [{ attachments: Array.from({ length: 11 }, () => ({ contentType: "image/png" })) }, "attachments"],
+          [{ attachments: [{ name: "no type" }] }, "attachments"],
+          [{ attachments: [{ contentType: "text/plain", content: "x".repeat(4100) }] }, "attachments"],
+          [{ metadata: { big: "x".repeat(16_400) } }, "metadata"],
+          [{ metadata: [1] }, "metadata"],
+          [{ reply_to_id: crypto.randomUUID(), text: "re" }, "reply_to_id"],
+          [{ type: "messageUpdate", text: "x" }, "reply_to_id"],
+          [{ message_type: "buttons", payload: { buttons: [] } }, "payload"],
+          [{ message_type: "card" }, "payload"],
+          [{ type: "event", message_type: "image", payload: { url: "https://x.test/a.png" } }, "message_type"],
+          [{ message_type: "image", payload: { url: "https://x.test/a.png", seq: 3 } }, "payload"],
+          [{ text: 42 }, "text"]
+        ]
+        for (const [body, field] of cases) {
+          const reply = yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, body)
+          expect(reply.status, JSON.stringify(body).slice(0, 80)).toBe(422)
+          expect(reply.body.error.code).toBe("invalid_message")
+          expect(Object.keys(reply.body.error.details)).toContain(field)
+        }
+        expect(yield* countActivities(conversationId)).toBe(0)
+      }))
+
+    it.effect("attachments keep only documented keys; typed messages fill text", () =>
+      Effect.gen(function*() {
+        const { conversationId, key } = yield* tenantWithConversation
+        const reply = yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, {
+          attachments: [{ contentType: "image/png", contentUrl: "https://x.test/a.png", secret: "dropped" }],
+          message_type: "card",
+          payload: { title: "Hello card" }
+        })
+        expect(reply.status).toBe(201)
+        expect(reply.body.data.attachments).toEqual([{ contentType: "image/png", contentUrl: "https://x.test/a.png" }])
+        expect(reply.body.data.text).toBe("Hello card")
+        const open = yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, {
+          message_type: "my_widget",
+          payload: { anything: true }
+        })
+        expect(open.status).toBe(201)
+      }))
+
+    it.effect("edits and deletes set edited_at / deleted_at on the target; only one's own", () =>
+      Effect.gen(function*() {
+        const { conversationId, key } = yield* tenantWithConversation
+        const path = `/conversations/${conversationId}/activities`
+        const original = (yield* tenantApi(key, "POST", path, { text: "v1", sender: "alice" })).body.data
+        const foreign = yield* tenantApi(key, "POST", path, { type: "messageUpdate", text: "v2", sender: "bob", reply_to_id: original.id })
+        expect(foreign.status).toBe(422)
+        expect(foreign.body.error.details.reply_to_id).toBeDefined()
+        const edit = yield* tenantApi(key, "POST", path, { type: "messageUpdate", text: "v2", sender: "alice", reply_to_id: original.id })
+        expect(edit.status).toBe(201)
+        const del = yield* tenantApi(key, "POST", path, { type: "messageDelete", sender: "alice", reply_to_id: original.id })
+        expect(del.status).toBe(201)
+        const listed = yield* tenantApi(key, "GET", path)
+        const target = listed.body.data.find((a: { id: string }) => a.id === original.id)
+        expect(target.edited_at).not.toBeNull()
+        expect(target.deleted_at).not.toBeNull()
+        expect(target.text).toBe("v1")
+      }))
+
+    it.effect("an unknown or foreign conversation is 404", () =>
+      Effect.gen(function*() {
+        const { key } = yield* tenantWithConversation
+        const other = yield* tenantWithConversation
+        const foreign = yield* tenantApi(key, "POST", `/conversations/${other.conversationId}/activities`, { text: "x" })
+        expect(foreign.status).toBe(404)
+        expect(foreign.body.error.code).toBe("not_found")
+        expect(yield* countActivities(other.conversationId)).toBe(0)
+        const unknown = yield* tenantApi(key, "POST", `/conversations/${crypto.randomUUID()}/activities`, { text: "x" })
+        expect(unknown.status).toBe(404)
+      }))
+  })
+
+  describe("close and reopen", () => {
+    it.effect("a real transition appends a system conversationUpdate; closed refuses appends with 409", () =>
+      Effect.gen(function*() {
+        const { conversationId, key } = yield* tenantWithConversation
+        yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, { text: "hi" })
+        const closed = yield* tenantApi(key, "POST", `/conversations/${conversationId}/close`)
+        expect(closed.status).toBe(200)
+        expect(closed.body.data).toMatchObject({ id: conversationId, status: "closed", participant: null })
+        const again = yield* tenantApi(key, "POST", `/conversations/${conversationId}/close`)
+        expect(again.status).toBe(200)
+        const refused = yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, { text: "late" })
+        expect(refused.status).toBe(409)
+        expect(refused.body.error.code).toBe("conversation_closed")
+        const listed = (yield* tenantApi(key, "GET", `/conversations/${conversationId}/activities`)).body
+        expect(listed.data.map((a: { seq: number }) => a.seq)).toEqual([1, 2])
+        expect(listed.data[1]).toMatchObject({
+          type: "conversationUpdate",
+          sender: "system",
+          metadata: { event: "conversation_closed", status: "closed", reason: "manual" }
+        })
+        const reopened = yield* tenantApi(key, "POST", `/conversations/${conversationId}/reopen`)
+        expect(reopened.body.data.status).toBe("active")
+        const after = (yield* tenantApi(key, "GET", `/conversations/${conversationId}/activities?watermark=2`)).body
+        expect(after.data).toHaveLength(1)
+        expect(after.data[0].metadata).toEqual({ event: "conversation_reopened", status: "active", reason: "manual" })
+      }))
+  })
+
+  describe("listing", () => {
+    it.effect("pages by watermark in every accepted form; an empty page echoes the position", () =>
+      Effect.gen(function*() {
+        const { conversationId, key } = yield* tenantWithConversation
+        const path = `/conversations/${conversationId}/activities`
+        const ids: Array<string> = []
+        for (let i = 0; i < 5; i++) ids.push((yield* tenantApi(key, "POST", path, { text: `m${i}` })).body.data.id)
+        const page1 = (yield* tenantApi(key, "GET", `${path}?limit=2`)).body
+        expect(page1.meta).toEqual({ watermark: 2, has_more: true, limit: 2 })
+        const page2 = (yield* tenantApi(key, "GET", `${path}?limit=2&watermark=${page1.meta.watermark}`)).body
+        expect(page2.data.map((a: { seq: number }) => a.seq)).toEqual([3, 4])
+        const opaque = Buffer.from("seq:4").toString("base64url")
+        expect((yield* tenantApi(key, "GET", `${path}?watermark=${opaque}`)).body.data.map((a: { seq: number }) => a.seq)).toEqual([5])
+        const legacy = Buffer.from(ids[2]!).toString("base64")
+        expect((yield* tenantApi(key, "GET", `${path}?watermark=${legacy}`)).body.data[0].seq).toBe(4)
+        const empty = (yield* tenantApi(key, "GET", `${path}?watermark=5`)).body
+        expect(empty).toEqual({ data: [], meta: { watermark: 5, has_more: false, limit: 100 } })
+        const bad = yield* tenantApi(key, "GET", `${path}?watermark=%%%`)
+        expect(bad.status).toBe(400)
+        expect(bad.body.error.code).toBe("invalid_watermark")
+        expect((yield* tenantApi(key, "GET", `${path}?limit=abc`)).status).toBe(400)
+      }))
+
+    it.effect("GET /conversations pages newest first with a cursor; GET /conversations/:id has channels", () =>
+      Effect.gen(function*() {
+        const { channel, conversationId, key, tenant } = yield* tenantWithConversation
+        const list = (yield* tenantApi(key, "GET", "/conversations?limit=1")).body
+        expect(list.data).toHaveLength(1)
+        expect(list.meta.limit).toBe(1)
+        expect(list.data[0].participant).toBeNull()
+        const got = (yield* tenantApi(key, "GET", `/conversations/${conversationId}`)).body.data
+        expect(got).toMatchObject({ id: conversationId, tenant_id: tenant.id, channel_id: channel.id, origin_channel_id: channel.id })
+        expect(got.channels).toEqual([{ channel_id: channel.id, role: "origin", participant_id: null, inserted_at: expect.any(String) }])
+        expect((yield* tenantApi(key, "GET", "/conversations?cursor=nope")).status).toBe(400)
+        expect((yield* tenantApi(key, "GET", "/conversations?channel_id=nope")).status).toBe(400)
+      }))
+  })
+})

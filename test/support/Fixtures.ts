@@ -1,0 +1,49 @@
+import { Effect } from "effect"
+import { generateCredential, hashCredential } from "../../src/auth/Credential.js"
+import { query } from "./TestDatabase.js"
+import { createTenant, request } from "./TestNode.js"
+
+/** A channel stored directly (the management API has its own tests); returns its id and secret. */
+export const insertChannel = (tenantId: string, fields: { readonly mode?: string; readonly type?: string } = {}) =>
+  Effect.gen(function*() {
+    const id = crypto.randomUUID()
+    const secret = generateCredential("channelSecret")
+    yield* query(
+      `INSERT INTO channels (id, tenant_id, name, type, mode, config, secret_hash)
+       VALUES ($1, $2, $3, $4, $5, '{"url":"http://127.0.0.1:9/hook"}', $6)`,
+      [id, tenantId, `channel-${id.slice(0, 8)}`, fields.type ?? "webhook", fields.mode ?? "duplex", hashCredential(secret)]
+    )
+    return { id, secret }
+  })
+
+/** A conversation stored directly on a channel (origin), with its channel link. */
+export const insertConversation = (tenantId: string, channelId: string, fields: { readonly metadata?: object } = {}) =>
+  Effect.gen(function*() {
+    const id = crypto.randomUUID()
+    yield* query(
+      `INSERT INTO conversations (id, tenant_id, channel_id, origin_channel_id, metadata) VALUES ($1, $2, $3, $3, $4)`,
+      [id, tenantId, channelId, JSON.stringify(fields.metadata ?? {})]
+    )
+    yield* query(`INSERT INTO conversation_channels (conversation_id, channel_id, role) VALUES ($1, $2, 'origin')`, [
+      id,
+      channelId
+    ])
+    return id
+  })
+
+/** A tenant with one channel and one conversation on it. */
+export const tenantWithConversation = Effect.gen(function*() {
+  const tenant = yield* createTenant()
+  const channel = yield* insertChannel(tenant.id)
+  const conversationId = yield* insertConversation(tenant.id, channel.id)
+  return { tenant, channel, conversationId, key: tenant.api_key }
+})
+
+/** A tenant API call with an API key. */
+export const tenantApi = (
+  key: string,
+  method: string,
+  path: string,
+  body?: unknown,
+  headers: Record<string, string> = {}
+) => request(method, `/api/v1${path}`, { ...(body === undefined ? {} : { body }), headers: { "x-api-key": key, ...headers } })
