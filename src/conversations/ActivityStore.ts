@@ -182,7 +182,18 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
     const readAfter = (conversationId: string, after: number, limit: number) =>
       readRange({ conversationId, after, limit })
 
-    return { write, findExisting, readAfter } as const
+    const HeadRow = Schema.Struct({ head_seq: Schema.NumberFromString })
+    const findHead = SqlSchema.findOne({
+      Request: Schema.String,
+      Result: HeadRow,
+      execute: (id) => sql`SELECT head_seq FROM conversations WHERE id = ${id}`
+    })
+
+    /** The committed head seq of a conversation (0 when it has none or does not exist). */
+    const headOf = (conversationId: string) =>
+      Effect.map(findHead(conversationId), (row) => (row._tag === "Some" ? row.value.head_seq : 0))
+
+    return { write, findExisting, readAfter, headOf } as const
   })
 }) {}
 

@@ -1,0 +1,133 @@
+import { Chunk, Duration, Effect, ExecutionStrategy, Exit, Option, PubSub, Ref, Schedule, Scope, Stream, SynchronizedRef } from "effect"
+import { ConversationEntity } from "../../cluster/ConversationEntity.js"
+import { ActivityStore } from "../conversations/ActivityStore.js"
+import type { Activity } from "../domain/Activity.js"
+import { databaseUnavailable, type Unavailable } from "../domain/ApiError.js"
+
+const PAGE = 500
+/** Upstream pause after the entity stream ended or failed (handoff, crash, timeout). */
+const RESUBSCRIBE_AFTER = Duration.millis(250)
+/** A silent upstream (a crash re-send that never resumed) is caught up from the table this often. */
+const GAP_CHECK_EVERY = Duration.seconds(2)
+
+interface Topic {
+  readonly pubsub: PubSub.PubSub<Activity>
+  readonly last: Ref.Ref<number>
+  readonly scope: Scope.CloseableScope
+  readonly listeners: number
+}
+
+/**
+ * The node-local fan-out. Each conversation with local listeners has one upstream subscription to
+ * its entity, wherever that runs; it resumes from the last seq it saw and fills any gap from the
+ * activities table, so listeners get every activity once, in seq order, whatever happens upstream.
+ */
+export class ConversationHub extends Effect.Service<ConversationHub>()("parley/ConversationHub", {
+  scoped: Effect.gen(function*() {
+    const store = yield* ActivityStore
+    const entity = yield* ConversationEntity.client
+    const hubScope = yield* Effect.scope
+    const topics = yield* SynchronizedRef.make(new Map<string, Topic>())
+
+    /** Publishes stored activities above the topic's last seq (up to `below`, exclusive, if given). */
+    const fillFromTable = (conversationId: string, topic: Pick<Topic, "pubsub" | "last">, below?: number) =>
+      Effect.gen(function*() {
+        while (true) {
+          const last = yield* Ref.get(topic.last)
+          if (below !== undefined && last >= below - 1) return
+          const page = yield* store.readAfter(conversationId, last, PAGE)
+          const wanted = below === undefined ? page : page.filter((a) => a.seq < below)
+          for (const activity of wanted) yield* publishNext(topic, activity)
+          if (page.length < PAGE) return
+        }
+      })
+
+    const publishNext = (topic: Pick<Topic, "pubsub" | "last">, activity: Activity) =>
+      Ref.get(topic.last).pipe(
+        Effect.flatMap((last) =>
+          activity.seq === last + 1
+            ? PubSub.publish(topic.pubsub, activity).pipe(Effect.zipRight(Ref.set(topic.last, activity.seq)))
+            : Effect.void
+        )
+      )
+
+    const upstream = (conversationId: string, topic: Pick<Topic, "pubsub" | "last">) => {
+      const follow = Ref.get(topic.last).pipe(
+        Effect.flatMap((fromSeq) =>
+          entity(conversationId).Subscribe({ fromSeq }).pipe(
+            Stream.runForEach((activity) =>
+              Ref.get(topic.last).pipe(Effect.flatMap((last) =>
+                activity.seq > last + 1
+                  ? fillFromTable(conversationId, topic, activity.seq).pipe(Effect.zipRight(publishNext(topic, activity)))
+                  : publishNext(topic, activity)
+              ))
+            )
+          )
+        ),
+        // Ended (handoff) or failed (crash, timeout): catch up from the table, then follow again.
+        Effect.catchAllCause(() => Effect.void),
+        Effect.zipRight(fillFromTable(conversationId, topic).pipe(Effect.ignore)),
+        Effect.zipRight(Effect.sleep(RESUBSCRIBE_AFTER)),
+        Effect.forever
+      )
+      const gapCheck = fillFromTable(conversationId, topic).pipe(
+        Effect.ignore,
+        Effect.repeat(Schedule.spaced(GAP_CHECK_EVERY))
+      )
+      return Effect.all([follow, gapCheck], { concurrency: 2, discard: true })
+    }
+
+    const acquire = (conversationId: string) =>
+      SynchronizedRef.modifyEffect(topics, (map) =>
+        Effect.gen(function*() {
+          const existing = map.get(conversationId)
+          if (existing !== undefined) {
+            const topic = { ...existing, listeners: existing.listeners + 1 }
+            return [topic, new Map(map).set(conversationId, topic)] as const
+          }
+          const head = yield* store.headOf(conversationId)
+          const scope = yield* Scope.fork(hubScope, ExecutionStrategy.sequential)
+          const pubsub = yield* PubSub.unbounded<Activity>()
+          const last = yield* Ref.make(head)
+          yield* Effect.forkIn(upstream(conversationId, { pubsub, last }), scope)
+          const topic: Topic = { pubsub, last, scope, listeners: 1 }
+          return [topic, new Map(map).set(conversationId, topic)] as const
+        }))
+
+    const release = (conversationId: string) =>
+      SynchronizedRef.updateEffect(topics, (map) => {
+        const topic = map.get(conversationId)
+        if (topic === undefined) return Effect.succeed(map)
+        const next = new Map(map)
+        if (topic.listeners > 1) return Effect.succeed(next.set(conversationId, { ...topic, listeners: topic.listeners - 1 }))
+        next.delete(conversationId)
+        return Scope.close(topic.scope, Exit.void).pipe(Effect.as(next))
+      })
+
+    /**
+     * Every activity of the conversation with seq above `fromSeq`, in order, without end: stored
+     * ones first, then live ones as they are committed anywhere in the cluster.
+     */
+    const subscribe = (conversationId: string, fromSeq: number): Stream.Stream<Activity, Unavailable> =>
+      Stream.unwrapScoped(Effect.gen(function*() {
+        const topic = yield* Effect.acquireRelease(acquire(conversationId), () => release(conversationId))
+        const live = yield* PubSub.subscribe(topic.pubsub)
+        const upTo = yield* Ref.get(topic.last)
+        let last = fromSeq
+        const stored = Stream.paginateChunkEffect(fromSeq, (after) =>
+          store.readAfter(conversationId, after, PAGE).pipe(
+            Effect.map((page) => {
+              const wanted = page.filter((a) => a.seq <= upTo)
+              const done = page.length < PAGE || wanted.length < page.length
+              return [Chunk.fromIterable(wanted), done ? Option.none<number>() : Option.some(page[page.length - 1]!.seq)] as const
+            })
+          ))
+        return Stream.concat(stored, Stream.fromQueue(live)).pipe(
+          Stream.filter((activity) => activity.seq > last),
+          Stream.tap((activity) => Effect.sync(() => (last = activity.seq)))
+        )
+      })).pipe(Stream.catchAll(() => Stream.fail(databaseUnavailable())))
+
+    return { subscribe } as const
+  })
+}) {}
