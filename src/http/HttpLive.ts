@@ -8,17 +8,20 @@ import { Lifecycle } from "../ops/Lifecycle.js"
 import { OpsRoutes, opsRoutes } from "../ops/OpsRoutes.js"
 import { Readiness } from "../ops/Readiness.js"
 import { ApiKeys } from "../tenants/ApiKeys.js"
+import { PortalUsers } from "../tenants/PortalUsers.js"
 import { Tenants } from "../tenants/Tenants.js"
 import { AdminAuthLive } from "./AdminAuth.js"
 import { AdminHandlers } from "./AdminHandlers.js"
+import { ApiKeysHandlers } from "./ApiKeysHandlers.js"
 import { ManageAuthLive } from "./ApiKeyAuth.js"
 import { SettingsHandlers } from "./SettingsHandlers.js"
+import { UsersHandlers } from "./UsersHandlers.js"
 import { EdgeMiddleware } from "./EdgeMiddleware.js"
 import { ParleyApi } from "./ParleyApi.js"
 import { RouteTableLive, routesOf } from "./RouteTable.js"
 
 const ApiRoutes = HttpLayerRouter.addHttpApi(ParleyApi, { openapiPath: "/api/v1/openapi.json" }).pipe(
-  Layer.provide(Layer.mergeAll(AdminHandlers, SettingsHandlers)),
+  Layer.provide(Layer.mergeAll(AdminHandlers, SettingsHandlers, UsersHandlers, ApiKeysHandlers)),
   // A step of its own: Layer.provide([A, B]) does not feed B into A.
   Layer.provide(Layer.mergeAll(AdminAuthLive, ManageAuthLive))
 )
@@ -50,7 +53,7 @@ export const AppRoutes = Layer.mergeAll(ApiRoutes, OpsRoutes, EdgeMiddleware, Dr
 )
 
 /** Services the routes call per request. */
-export const RouteServices = Layer.mergeAll(Tenants.Default, ApiKeys.Default, Readiness.Default).pipe(
+export const RouteServices = Layer.mergeAll(Tenants.Default, ApiKeys.Default, PortalUsers.Default, Readiness.Default).pipe(
   Layer.provideMerge(AddressGuard.Default)
 )
 
