@@ -92,3 +92,7 @@ export const createTenant = (fields: Record<string, unknown> = {}) =>
       return reply.body.data as { id: string; api_key: string; [key: string]: unknown }
     }
   )
+
+/** Management API call with a tenant API key. */
+export const manage = (key: string, method: string, path: string, body?: unknown, headers: Record<string, string> = {}) =>
+  request(method, `/api/v1/manage${path}`, { ...(body === undefined ? {} : { body }), headers: { "x-api-key": key, ...headers } })
