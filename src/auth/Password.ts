@@ -2,9 +2,9 @@ import { hash } from "@node-rs/argon2"
 import { Data, Effect } from "effect"
 
 /** The shortest password accepted (server-apis.md "Limits"). */
-export const MIN_PASSWORD_LENGTH = 12
+const MIN_PASSWORD_LENGTH = 12
 /** The longest password accepted: far beyond any passphrase, short enough that hashing stays cheap. */
-export const MAX_PASSWORD_LENGTH = 1024
+const MAX_PASSWORD_LENGTH = 1024
 /** A local part at least this long may not appear in the password; shorter ones match too much. */
 const MIN_LOCAL_PART_CHECKED = 4
 
