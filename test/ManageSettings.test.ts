@@ -1,9 +1,6 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { admin, createTenant, request, TestNodeLive } from "./support/TestNode.js"
-
-const manage = (key: string, method: string, path: string, body?: unknown, headers: Record<string, string> = {}) =>
-  request(method, `/api/v1/manage${path}`, { ...(body === undefined ? {} : { body }), headers: { "x-api-key": key, ...headers } })
+import { admin, createTenant, manage, request, TestNodeLive } from "./support/TestNode.js"
 
 layer(TestNodeLive(), { excludeTestServices: true })("management API: settings and keys", (it) => {
   it.effect("GET settings returns the tenant with an ETag; PATCH changes only what was sent", () =>

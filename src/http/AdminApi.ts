@@ -18,7 +18,8 @@ export const TenantWithKey = Schema.Struct({ ...Tenant.fields, api_key: Schema.S
 export const ApiKeyWithKey = Schema.Struct({ ...ApiKey.fields, key: Schema.String })
 
 const TenantBody = Schema.Struct({ tenant: TenantInput })
-const ApiKeyBody = Schema.Struct({ api_key: ApiKeyInput })
+/** The body that issues a scoped key, on the admin and management APIs. */
+export const ApiKeyBody = Schema.Struct({ api_key: ApiKeyInput })
 
 const update = <const Name extends string>(endpoint: HttpApiEndpoint.HttpApiEndpoint<Name, "PUT" | "PATCH">) =>
   endpoint

@@ -10,18 +10,28 @@ import { Lifecycle } from "../ops/Lifecycle.js"
 import { OpsRoutes, opsRoutes } from "../ops/OpsRoutes.js"
 import { Readiness } from "../ops/Readiness.js"
 import { ApiKeys } from "../tenants/ApiKeys.js"
+import { PortalUsers } from "../tenants/PortalUsers.js"
 import { Tenants } from "../tenants/Tenants.js"
 import { AdminAuthLive } from "./AdminAuth.js"
 import { AdminHandlers } from "./AdminHandlers.js"
 import { ManageAuthLive, TenantAuthLive, TenantKeyAuthLive } from "./ApiKeyAuth.js"
 import { ConversationListHandlers, ConversationsHandlers } from "./ConversationsHandlers.js"
+import { ApiKeysHandlers } from "./ApiKeysHandlers.js"
 import { SettingsHandlers } from "./SettingsHandlers.js"
+import { UsersHandlers } from "./UsersHandlers.js"
 import { EdgeMiddleware } from "./EdgeMiddleware.js"
 import { ParleyApi } from "./ParleyApi.js"
 import { RouteTableLive, routesOf } from "./RouteTable.js"
 
 const ApiRoutes = HttpLayerRouter.addHttpApi(ParleyApi, { openapiPath: "/api/v1/openapi.json" }).pipe(
-  Layer.provide(Layer.mergeAll(AdminHandlers, SettingsHandlers, ConversationsHandlers, ConversationListHandlers)),
+  Layer.provide(Layer.mergeAll(
+    AdminHandlers,
+    SettingsHandlers,
+    UsersHandlers,
+    ApiKeysHandlers,
+    ConversationsHandlers,
+    ConversationListHandlers
+  )),
   // A step of its own: Layer.provide([A, B]) does not feed B into A.
   Layer.provide(Layer.mergeAll(AdminAuthLive, ManageAuthLive, TenantAuthLive, TenantKeyAuthLive))
 )
@@ -58,7 +68,8 @@ export const RouteServices = Layer.mergeAll(
   ApiKeys.Default,
   Readiness.Default,
   Conversations.Default,
-  ChannelTokens.Default
+  ChannelTokens.Default,
+  PortalUsers.Default
 ).pipe(
   Layer.provideMerge(AddressGuard.Default)
 )

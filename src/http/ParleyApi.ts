@@ -1,7 +1,9 @@
 import { HttpApi, OpenApi } from "@effect/platform"
 import { AdminApi } from "./AdminApi.js"
 import { ConversationListApi, ConversationsApi } from "./ConversationsApi.js"
+import { ApiKeysApi } from "./ApiKeysApi.js"
 import { SettingsApi } from "./ManageApi.js"
+import { UsersApi } from "./UsersApi.js"
 
 /** Every REST family served through HttpApi; its OpenAPI document is `GET /api/v1/openapi.json`. */
 export class ParleyApi extends HttpApi.make("parley")
@@ -9,6 +11,8 @@ export class ParleyApi extends HttpApi.make("parley")
   .add(SettingsApi)
   .add(ConversationListApi)
   .add(ConversationsApi)
+  .add(UsersApi)
+  .add(ApiKeysApi)
   .annotate(OpenApi.Title, "Parley")
   .annotate(OpenApi.Version, "0.2.0")
 {}

@@ -1,7 +1,7 @@
 import { ConfigProvider, Context, Effect, Layer } from "effect"
 import { createServer } from "node:net"
 import { AppConfig } from "../../src/config/AppConfig.js"
-import { NodeLive } from "../../src/NodeLive.js"
+import { LoggingLive, NodeLive } from "../../src/NodeLive.js"
 import { TestDatabase, TestDatabaseLive } from "./TestDatabase.js"
 
 /** A running node of the test: its base URL. */
@@ -38,6 +38,7 @@ export const TestNodeLive = (env: Record<string, string> = {}) =>
         }))
       )
       return Layer.merge(NodeLive, Layer.succeed(TestNode, { baseUrl: `http://127.0.0.1:${port}` })).pipe(
+        Layer.provide(LoggingLive),
         Layer.provide(AppConfig.Default),
         Layer.provide(Layer.setConfigProvider(provider))
       )
@@ -92,3 +93,7 @@ export const createTenant = (fields: Record<string, unknown> = {}) =>
       return reply.body.data as { id: string; api_key: string; [key: string]: unknown }
     }
   )
+
+/** Management API call with a tenant API key. */
+export const manage = (key: string, method: string, path: string, body?: unknown, headers: Record<string, string> = {}) =>
+  request(method, `/api/v1/manage${path}`, { ...(body === undefined ? {} : { body }), headers: { "x-api-key": key, ...headers } })

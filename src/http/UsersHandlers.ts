@@ -1,0 +1,48 @@
+import { HttpApiBuilder } from "@effect/platform"
+import { Effect, Option } from "effect"
+import type { UserInput } from "../domain/PortalUser.js"
+import { PortalUsers } from "../tenants/PortalUsers.js"
+import { CurrentCredential } from "./ApiKeyAuth.js"
+import { withETag } from "./ETag.js"
+import { ParleyApi } from "./ParleyApi.js"
+
+/** `/api/v1/manage/users`: the calling key's tenant's portal users. */
+export const UsersHandlers = HttpApiBuilder.group(ParleyApi, "users", (handlers) =>
+  Effect.gen(function*() {
+    const users = yield* PortalUsers
+    const update = ({ headers, path, payload }: {
+      readonly path: { readonly id: string }
+      readonly headers: { readonly "if-match"?: string | undefined }
+      readonly payload: { readonly user: UserInput }
+    }) =>
+      CurrentCredential.pipe(
+        Effect.flatMap((credential) =>
+          users.update(credential.tenantId, path.id, payload.user, Option.fromNullable(headers["if-match"]), credential.actor)
+        ),
+        Effect.flatMap(withETag)
+      )
+    return handlers
+      .handle("listUsers", () =>
+        CurrentCredential.pipe(
+          Effect.flatMap((credential) => users.list(credential.tenantId)),
+          Effect.map((data) => ({ data }))
+        ))
+      .handle("createUser", ({ payload }) =>
+        CurrentCredential.pipe(
+          Effect.flatMap((credential) => users.create(credential.tenantId, payload.user, credential.actor)),
+          Effect.flatMap(withETag)
+        ))
+      .handle("getUser", ({ path }) =>
+        CurrentCredential.pipe(
+          Effect.flatMap((credential) => users.get(credential.tenantId, path.id)),
+          Effect.flatMap(withETag)
+        ))
+      .handle("putUser", update)
+      .handle("patchUser", update)
+      .handle("deleteUser", ({ headers, path }) =>
+        CurrentCredential.pipe(
+          Effect.flatMap((credential) =>
+            users.remove(credential.tenantId, path.id, Option.fromNullable(headers["if-match"]), credential.actor)
+          )
+        ))
+  }))

@@ -1,0 +1,326 @@
+import { describe, expect, layer } from "@effect/vitest"
+import { Effect } from "effect"
+import { createHash } from "node:crypto"
+import { query, serverUrl } from "./support/TestDatabase.js"
+import { admin, createTenant, manage, request, TestNodeLive } from "./support/TestNode.js"
+
+const KEY_FIELDS = ["created_by", "expires_at", "id", "inserted_at", "last_used_at", "name", "prefix", "revoked_at", "scopes",
+  "tenant_id", "updated_at"]
+
+interface IssuedKey {
+  readonly id: string
+  readonly key: string
+  readonly [field: string]: unknown
+}
+
+/** Issues a scoped key through the management API with `holder` and returns it with its raw value. */
+const issue = (holder: string, fields: Record<string, unknown>) =>
+  Effect.map(manage(holder, "POST", "/api_keys", { api_key: { name: "key", ...fields } }), (reply) => {
+    expect(reply.status).toBe(201)
+    return reply.body.data as IssuedKey
+  })
+
+const keyCount = (tenantId: string) =>
+  Effect.map(
+    query<{ n: number }>("SELECT count(*)::int AS n FROM api_keys WHERE tenant_id = $1 AND kind = 'scoped'", [tenantId]),
+    (rows) => rows[0]!.n
+  )
+
+const lastUsedAt = (id: string) =>
+  Effect.map(
+    query<{ last_used_at: Date | null }>("SELECT last_used_at FROM api_keys WHERE id = $1", [id]),
+    (rows) => rows[0]!.last_used_at?.getTime() ?? null
+  )
+
+const inOneHour = () => new Date(Date.now() + 3_600_000).toISOString()
+
+layer(TestNodeLive(), { excludeTestServices: true })("scoped API keys", (it) => {
+  // Tests that read what was stored need direct SQL, which only a PostgreSQL server offers.
+  const stored = it.effect.runIf(serverUrl !== undefined)
+
+  describe("issue and read", () => {
+    stored("issuing answers 201 with the key once; only its hash is stored", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const expiresAt = inOneHour()
+        const reply = yield* manage(tenant.api_key, "POST", "/api_keys", {
+          api_key: { name: " ci ", scopes: ["read", "write", "read"], expires_at: expiresAt, tenant_id: crypto.randomUUID() }
+        })
+        expect(reply.status).toBe(201)
+        const data = reply.body.data
+        expect(Object.keys(data).sort()).toEqual([...KEY_FIELDS, "key"].sort())
+        expect(data.key).toMatch(/^ck_[0-9A-Za-z]{40}$/)
+        expect(data).toMatchObject({
+          tenant_id: tenant.id,
+          name: "ci",
+          prefix: data.key.slice(0, 11),
+          scopes: ["read", "write"],
+          last_used_at: null,
+          revoked_at: null,
+          created_by: `tenant_api:${tenant.id}`
+        })
+        expect(Date.parse(data.expires_at)).toBe(Date.parse(expiresAt))
+
+        const got = yield* manage(tenant.api_key, "GET", `/api_keys/${data.id}`)
+        expect(got.status).toBe(200)
+        const { key: _key, ...withoutKey } = data
+        expect(got.body.data).toEqual(withoutKey)
+        const listed = yield* manage(tenant.api_key, "GET", "/api_keys")
+        expect(listed.body.data).toEqual([withoutKey])
+        expect(JSON.stringify([got.body, listed.body])).not.toContain(data.key)
+
+        const [row] = yield* query<Record<string, unknown> & { key_hash: Buffer }>("SELECT * FROM api_keys WHERE id = $1", [data.id])
+        expect(row!.key_hash.equals(createHash("sha256").update(data.key).digest())).toBe(true)
+        expect(JSON.stringify(row)).not.toContain(data.key.slice(11))
+
+        const audit = yield* query("SELECT actor_type, actor_id, action FROM audit_log WHERE resource_id = $1", [data.id])
+        expect(audit).toEqual([{ actor_type: "tenant_api", actor_id: tenant.id, action: "api_key.created" }])
+      }))
+
+    it.effect("the list is the tenant's scoped keys, newest first, revoked ones included", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const other = yield* createTenant()
+        const first = yield* issue(tenant.api_key, { scopes: ["read"] })
+        const second = yield* issue(tenant.api_key, { scopes: ["write"] })
+        yield* issue(other.api_key, { scopes: ["read"] })
+        expect((yield* manage(tenant.api_key, "DELETE", `/api_keys/${first.id}`)).status).toBe(204)
+        const listed = yield* manage(tenant.api_key, "GET", "/api_keys")
+        expect(listed.status).toBe(200)
+        expect(listed.body.data.map((k: { id: string }) => k.id)).toEqual([second.id, first.id])
+        expect(listed.body.data[1].revoked_at).toMatch(/^\d{4}-\d\d-\d\dT/)
+        expect(listed.body.data[0].revoked_at).toBeNull()
+        for (const key of listed.body.data) expect(Object.keys(key).sort()).toEqual(KEY_FIELDS)
+      }))
+  })
+
+  describe("scopes", () => {
+    stored("a key can only issue scopes it holds (403 insufficient_scope, nothing stored)", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const manager = yield* issue(tenant.api_key, { scopes: ["manage"] })
+        const denied = yield* manage(manager.key, "POST", "/api_keys", { api_key: { name: "r", scopes: ["read"] } })
+        expect(denied.status).toBe(403)
+        expect(denied.body.error).toEqual({
+          code: "insufficient_scope",
+          message: expect.any(String),
+          details: { required: ["read"] },
+          request_id: expect.any(String)
+        })
+        const partly = yield* manage(manager.key, "POST", "/api_keys", {
+          api_key: { name: "rwm", scopes: ["manage", "write", "read"] }
+        })
+        expect(partly.body.error.details).toEqual({ required: ["write", "read"] })
+        expect(yield* keyCount(tenant.id)).toBe(1)
+
+        const child = yield* issue(manager.key, { scopes: ["manage"] })
+        expect(child.created_by).toBe(`tenant_api:${manager.id}`)
+        const audit = yield* query("SELECT actor_type, actor_id FROM audit_log WHERE resource_id = $1", [child.id])
+        expect(audit).toEqual([{ actor_type: "tenant_api", actor_id: manager.id }])
+      }))
+
+    stored("a key without manage is 403 insufficient_scope on every route", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const reader = yield* issue(tenant.api_key, { scopes: ["read", "write"] })
+        const routes = [
+          manage(reader.key, "GET", "/api_keys"),
+          manage(reader.key, "POST", "/api_keys", { api_key: { name: "x", scopes: ["read"] } }),
+          manage(reader.key, "GET", `/api_keys/${reader.id}`),
+          manage(reader.key, "DELETE", `/api_keys/${reader.id}`)
+        ]
+        for (const route of routes) {
+          const reply = yield* route
+          expect(reply.status).toBe(403)
+          expect(reply.body.error).toMatchObject({ code: "insufficient_scope", details: { required: ["manage"] } })
+        }
+        expect(yield* keyCount(tenant.id)).toBe(1)
+        const [row] = yield* query<{ revoked_at: Date | null }>("SELECT revoked_at FROM api_keys WHERE id = $1", [reader.id])
+        expect(row!.revoked_at).toBeNull()
+      }))
+  })
+
+  describe("validation", () => {
+    const rejected: ReadonlyArray<readonly [string, Record<string, unknown>, string]> = [
+      ["a past expires_at", { scopes: ["read"], expires_at: "2020-01-01T00:00:00Z" }, "expires_at"],
+      ["an expires_at of now", { scopes: ["read"], expires_at: new Date().toISOString() }, "expires_at"],
+      ["an expires_at that is not ISO 8601", { scopes: ["read"], expires_at: "next tuesday" }, "expires_at"],
+      ["an expires_at date without a time", { scopes: ["read"], expires_at: "2999-01-01" }, "expires_at"],
+      ["no scopes", { scopes: [] }, "scopes"],
+      ["a missing scopes field", {}, "scopes"],
+      ["an unknown scope", { scopes: ["read", "admin"] }, "scopes"],
+      ["a blank name", { name: "  ", scopes: ["read"] }, "name"]
+    ]
+    for (const [label, fields, field] of rejected) {
+      stored(`${label} is 422 validation_failed on ${field} and stores nothing`, () =>
+        Effect.gen(function*() {
+          const tenant = yield* createTenant()
+          const reply = yield* manage(tenant.api_key, "POST", "/api_keys", { api_key: { name: "k", ...fields } })
+          expect(reply.status).toBe(422)
+          expect(reply.body.error.code).toBe("validation_failed")
+          expect(Object.keys(reply.body.error.details)).toEqual([field])
+          expect(yield* keyCount(tenant.id)).toBe(0)
+        }))
+    }
+
+    stored("bad JSON, wrong types and malformed ids are 400 and change nothing", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const broken = yield* request("POST", "/api/v1/manage/api_keys", {
+          raw: "{\"api_key\": ",
+          headers: { "x-api-key": tenant.api_key }
+        })
+        expect(broken.status).toBe(400)
+        expect(broken.body.error.code).toBe("bad_request")
+        const wrongType = yield* manage(tenant.api_key, "POST", "/api_keys", { api_key: { name: "k", scopes: "read" } })
+        expect(wrongType.status).toBe(400)
+        expect(wrongType.body.error.code).toBe("bad_request")
+        expect(yield* keyCount(tenant.id)).toBe(0)
+        for (const method of ["GET", "DELETE"]) {
+          const badId = yield* manage(tenant.api_key, method, "/api_keys/123")
+          expect(badId.status, method).toBe(400)
+          expect(badId.body.error.code, method).toBe("bad_request")
+        }
+      }))
+  })
+
+  describe("revocation and use", () => {
+    stored("revoking takes effect at once; the key stays listed with revoked_at", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const doomed = yield* issue(tenant.api_key, { scopes: ["manage"] })
+        expect((yield* manage(doomed.key, "GET", "/api_keys")).status).toBe(200)
+        const revoked = yield* manage(tenant.api_key, "DELETE", `/api_keys/${doomed.id}`)
+        expect(revoked.status).toBe(204)
+        expect(revoked.body).toBeNull()
+        const after = yield* manage(doomed.key, "GET", "/api_keys")
+        expect(after.status).toBe(401)
+        expect(after.body.error.code).toBe("unauthorized")
+        const got = yield* manage(tenant.api_key, "GET", `/api_keys/${doomed.id}`)
+        expect(got.body.data.revoked_at).toMatch(/^\d{4}-\d\d-\d\dT/)
+        // Revoking again changes nothing, not even revoked_at.
+        expect((yield* manage(tenant.api_key, "DELETE", `/api_keys/${doomed.id}`)).status).toBe(204)
+        expect((yield* manage(tenant.api_key, "GET", `/api_keys/${doomed.id}`)).body.data.revoked_at).toBe(got.body.data.revoked_at)
+        const audit = yield* query<{ action: string; actor_id: string }>(
+          "SELECT action, actor_id FROM audit_log WHERE resource_id = $1 AND action = 'api_key.revoked'",
+          [doomed.id]
+        )
+        expect(audit[0]).toEqual({ action: "api_key.revoked", actor_id: tenant.id })
+      }))
+
+    stored("a key can revoke itself", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const self = yield* issue(tenant.api_key, { scopes: ["manage"] })
+        expect((yield* manage(self.key, "DELETE", `/api_keys/${self.id}`)).status).toBe(204)
+        expect((yield* manage(self.key, "GET", "/api_keys")).status).toBe(401)
+      }))
+
+    stored("an expired key is refused", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const key = yield* issue(tenant.api_key, { scopes: ["manage"], expires_at: inOneHour() })
+        expect((yield* manage(key.key, "GET", "/api_keys")).status).toBe(200)
+        yield* query("UPDATE api_keys SET expires_at = now() - interval '1 second' WHERE id = $1", [key.id])
+        expect((yield* manage(key.key, "GET", "/api_keys")).status).toBe(401)
+      }))
+
+    stored("last_used_at is set on use and written at most once a minute", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const key = yield* issue(tenant.api_key, { scopes: ["manage"] })
+        expect(yield* lastUsedAt(key.id)).toBeNull()
+        yield* manage(key.key, "GET", "/api_keys")
+        const first = yield* lastUsedAt(key.id)
+        expect(first).not.toBeNull()
+        yield* Effect.sleep("20 millis")
+        yield* manage(key.key, "GET", "/api_keys")
+        expect(yield* lastUsedAt(key.id)).toBe(first)
+        const shown = yield* manage(tenant.api_key, "GET", `/api_keys/${key.id}`)
+        expect(Date.parse(shown.body.data.last_used_at)).toBe(first)
+
+        yield* query("UPDATE api_keys SET last_used_at = now() - interval '61 seconds' WHERE id = $1", [key.id])
+        const aged = yield* lastUsedAt(key.id)
+        yield* manage(key.key, "GET", "/api_keys")
+        expect(yield* lastUsedAt(key.id)).toBeGreaterThan(aged!)
+      }))
+  })
+
+  describe("tenancy", () => {
+    stored("another tenant's key is 404 and keeps working; so is the primary key", () =>
+      Effect.gen(function*() {
+        const owner = yield* createTenant()
+        const stranger = yield* createTenant()
+        const key = yield* issue(owner.api_key, { scopes: ["manage"] })
+        for (const method of ["GET", "DELETE"]) {
+          const reply = yield* manage(stranger.api_key, method, `/api_keys/${key.id}`)
+          expect(reply.status, method).toBe(404)
+          expect(reply.body.error.code, method).toBe("not_found")
+        }
+        expect((yield* manage(key.key, "GET", "/api_keys")).status).toBe(200)
+        const [primary] = yield* query<{ id: string }>("SELECT id FROM api_keys WHERE tenant_id = $1 AND kind = 'primary'", [
+          owner.id
+        ])
+        expect((yield* manage(owner.api_key, "GET", `/api_keys/${primary!.id}`)).status).toBe(404)
+        expect((yield* manage(owner.api_key, "DELETE", `/api_keys/${primary!.id}`)).status).toBe(404)
+        expect((yield* manage(owner.api_key, "GET", "/api_keys")).status).toBe(200)
+        expect((yield* manage(owner.api_key, "GET", `/api_keys/${crypto.randomUUID()}`)).status).toBe(404)
+      }))
+  })
+
+  describe("admin API", () => {
+    stored("the operator issues any scopes, lists without the key and revokes at once", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const issued = yield* admin("POST", `/tenants/${tenant.id}/api_keys`, {
+          api_key: { name: "ops", scopes: ["read", "write", "manage"] }
+        })
+        expect(issued.status).toBe(201)
+        const key = issued.body.data
+        expect(key).toMatchObject({ tenant_id: tenant.id, scopes: ["read", "write", "manage"], created_by: "admin_api:admin" })
+        expect(key.key).toMatch(/^ck_[0-9A-Za-z]{40}$/)
+        expect((yield* manage(key.key, "GET", "/api_keys")).status).toBe(200)
+
+        const listed = yield* admin("GET", `/tenants/${tenant.id}/api_keys`)
+        expect(listed.status).toBe(200)
+        expect(listed.body.data.map((k: { id: string }) => k.id)).toEqual([key.id])
+        expect(listed.body.data[0].key).toBeUndefined()
+
+        const revoked = yield* admin("DELETE", `/tenants/${tenant.id}/api_keys/${key.id}`)
+        expect(revoked.status).toBe(204)
+        expect((yield* manage(key.key, "GET", "/api_keys")).status).toBe(401)
+        expect((yield* admin("GET", `/tenants/${tenant.id}/api_keys`)).body.data[0].revoked_at).toMatch(/^\d{4}-/)
+        const audit = yield* query("SELECT actor_type, actor_id, action FROM audit_log WHERE resource_id = $1 ORDER BY action", [
+          key.id
+        ])
+        expect(audit).toEqual([
+          { actor_type: "admin_api", actor_id: "admin", action: "api_key.created" },
+          { actor_type: "admin_api", actor_id: "admin", action: "api_key.revoked" }
+        ])
+      }))
+
+    stored("unknown tenants and other tenants' keys are 404; invalid input stores nothing", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const other = yield* createTenant()
+        const unknown = crypto.randomUUID()
+        expect((yield* admin("GET", `/tenants/${unknown}/api_keys`)).status).toBe(404)
+        expect((yield* admin("POST", `/tenants/${unknown}/api_keys`, { api_key: { name: "k", scopes: ["read"] } })).status)
+          .toBe(404)
+        expect((yield* admin("DELETE", `/tenants/${unknown}/api_keys/${crypto.randomUUID()}`)).status).toBe(404)
+
+        const key = yield* issue(tenant.api_key, { scopes: ["manage"] })
+        expect((yield* admin("DELETE", `/tenants/${other.id}/api_keys/${key.id}`)).status).toBe(404)
+        expect((yield* manage(key.key, "GET", "/api_keys")).status).toBe(200)
+
+        const invalid = yield* admin("POST", `/tenants/${tenant.id}/api_keys`, {
+          api_key: { name: "k", scopes: ["root"], expires_at: "2001-01-01T00:00:00Z" }
+        })
+        expect(invalid.status).toBe(422)
+        expect(Object.keys(invalid.body.error.details).sort()).toEqual(["expires_at", "scopes"])
+        expect((yield* admin("GET", `/tenants/not-a-uuid/api_keys`)).status).toBe(400)
+        expect((yield* admin("DELETE", `/tenants/${tenant.id}/api_keys/not-a-uuid`)).status).toBe(400)
+        expect(yield* keyCount(tenant.id)).toBe(1)
+      }))
+  })
+})
