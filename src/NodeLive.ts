@@ -4,6 +4,8 @@ import { ConversationEntityLive } from "../cluster/ConversationEntityLive.js"
 import { AppConfig } from "./config/AppConfig.js"
 import { ActivityStore } from "./conversations/ActivityStore.js"
 import { ConversationStateRepo } from "./conversations/ConversationState.js"
+import { RateLimiter } from "./ratelimit/RateLimiter.js"
+import { ConversationHub } from "./realtime/ConversationHub.js"
 import { DatabaseLive } from "./db/Database.js"
 import { MigrationsLive } from "./db/Migrations.js"
 import { HttpLive } from "./http/HttpLive.js"
@@ -35,7 +37,9 @@ const NodeServices = Layer.mergeAll(Metrics.Default, Lifecycle.Default, JobRunne
  */
 export const NodeLive = HttpLive.pipe(
   Layer.provide(Layer.mergeAll(ConversationEntityLive, HousekeepingLive, NodeMetricsLive)),
-  Layer.provide(Layer.mergeAll(ActivityStore.Default, ConversationStateRepo.Default)),
+  // Merged into the output, so in-process test nodes can reach the hub and the limiter.
+  Layer.provideMerge(Layer.mergeAll(ConversationHub.Default, RateLimiter.Default)),
+  Layer.provideMerge(Layer.mergeAll(ActivityStore.Default, ConversationStateRepo.Default)),
   Layer.provide(ClusterLive),
   Layer.provide(NodeServices),
   Layer.provide(MigrationsLive),

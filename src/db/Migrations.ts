@@ -2,10 +2,12 @@ import { NodeContext } from "@effect/platform-node"
 import { PgMigrator } from "@effect/sql-pg"
 import { Layer } from "effect"
 import foundation from "../../migrations/0001_foundation.js"
+import rateLimitCounters from "../../migrations/0002_rate_limit_counters.js"
 
 /** Every shipped migration, by name; readiness reports any that is not applied. */
 export const migrations = {
-  "0001_foundation": foundation
+  "0001_foundation": foundation,
+  "0002_rate_limit_counters": rateLimitCounters
 } as const
 
 /** Applies pending migrations at start; PgMigrator locks its table, so concurrent nodes are safe. */

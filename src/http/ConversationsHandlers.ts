@@ -2,6 +2,7 @@ import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
 import { Conversations } from "../conversations/Conversations.js"
 import { BadRequest } from "../domain/ApiError.js"
+import { RateLimiter } from "../ratelimit/RateLimiter.js"
 import { requireScope } from "./ApiKeyAuth.js"
 import { decodeCursor, encodeCursor, parseLimit, parseUuid } from "./Paging.js"
 import { ParleyApi } from "./ParleyApi.js"
@@ -11,6 +12,7 @@ const channelScope = (channelId: string | null) => (channelId === null ? {} : { 
 export const ConversationsHandlers = HttpApiBuilder.group(ParleyApi, "conversations", (handlers) =>
   Effect.gen(function*() {
     const conversations = yield* Conversations
+    const limiter = yield* RateLimiter
     const setStatus = (status: "active" | "closed") => ({ path }: { readonly path: { readonly id: string } }) =>
       Effect.gen(function*() {
         const credential = yield* requireScope("write")
@@ -37,6 +39,7 @@ export const ConversationsHandlers = HttpApiBuilder.group(ParleyApi, "conversati
       .handle("appendActivity", ({ headers, path, payload }) =>
         Effect.gen(function*() {
           const credential = yield* requireScope("write")
+          yield* limiter.consume("activity_create", credential.tenantId, credential.tenantId)
           if (credential.channelId !== null) {
             yield* conversations.get(credential.tenantId, path.id, { channels: false, channelId: credential.channelId })
           }

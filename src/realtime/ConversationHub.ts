@@ -89,7 +89,8 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
           const scope = yield* Scope.fork(hubScope, ExecutionStrategy.sequential)
           const pubsub = yield* PubSub.unbounded<Activity>()
           const last = yield* Ref.make(head)
-          yield* Effect.forkIn(upstream(conversationId, { pubsub, last }), scope)
+          // Forked inside the ref's lock, which is uninterruptible: make the follower interruptible again.
+          yield* Effect.forkIn(Effect.interruptible(upstream(conversationId, { pubsub, last })), scope)
           const topic: Topic = { pubsub, last, scope, listeners: 1 }
           return [topic, new Map(map).set(conversationId, topic)] as const
         }))
