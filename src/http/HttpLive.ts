@@ -2,6 +2,8 @@ import { HttpLayerRouter } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { Duration, Effect, Layer } from "effect"
 import { createServer } from "node:http"
+import { Channels } from "../channels/Channels.js"
+import { PublishableKeys } from "../channels/PublishableKeys.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { AddressGuard } from "../delivery/AddressGuard.js"
 import { Lifecycle } from "../ops/Lifecycle.js"
@@ -12,13 +14,15 @@ import { Tenants } from "../tenants/Tenants.js"
 import { AdminAuthLive } from "./AdminAuth.js"
 import { AdminHandlers } from "./AdminHandlers.js"
 import { ManageAuthLive } from "./ApiKeyAuth.js"
+import { ChannelsHandlers } from "./ChannelsHandlers.js"
+import { PublishableKeysHandlers } from "./PublishableKeysHandlers.js"
 import { SettingsHandlers } from "./SettingsHandlers.js"
 import { EdgeMiddleware } from "./EdgeMiddleware.js"
 import { ParleyApi } from "./ParleyApi.js"
 import { RouteTableLive, routesOf } from "./RouteTable.js"
 
 const ApiRoutes = HttpLayerRouter.addHttpApi(ParleyApi, { openapiPath: "/api/v1/openapi.json" }).pipe(
-  Layer.provide(Layer.mergeAll(AdminHandlers, SettingsHandlers)),
+  Layer.provide(Layer.mergeAll(AdminHandlers, SettingsHandlers, ChannelsHandlers, PublishableKeysHandlers)),
   // A step of its own: Layer.provide([A, B]) does not feed B into A.
   Layer.provide(Layer.mergeAll(AdminAuthLive, ManageAuthLive))
 )
@@ -50,7 +54,7 @@ export const AppRoutes = Layer.mergeAll(ApiRoutes, OpsRoutes, EdgeMiddleware, Dr
 )
 
 /** Services the routes call per request. */
-export const RouteServices = Layer.mergeAll(Tenants.Default, ApiKeys.Default, Readiness.Default).pipe(
+export const RouteServices = Layer.mergeAll(Tenants.Default, ApiKeys.Default, Readiness.Default, Channels.Default, PublishableKeys.Default).pipe(
   Layer.provideMerge(AddressGuard.Default)
 )
 
