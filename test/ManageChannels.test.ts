@@ -1,10 +1,8 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { query, serverUrl } from "./support/TestDatabase.js"
-import { createChannel, HOOK_URL, manage, sha256Hex, storedCounts } from "./support/ManageClient.js"
+import { createChannel, HOOK_URL, ISO_MICROS, manage, sha256Hex, storedCounts } from "./support/ManageClient.js"
 import { admin, createTenant, request, TestNodeLive } from "./support/TestNode.js"
-
-const ISO_MICROS = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/
 
 const envelope = (code: string) => ({
   error: { code, message: expect.any(String), details: null, request_id: expect.any(String) }

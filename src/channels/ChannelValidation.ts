@@ -100,10 +100,8 @@ export const validateChannel = (input: ChannelInput, base: ChannelBase, creating
     const problems = new Problems()
     const patch: ChannelPatch = {}
     if (input.name !== undefined || creating) {
-      const name = input.name?.trim() ?? ""
-      if (name.length === 0) problems.add("name", "is required")
-      else if (name.length > 200) problems.add("name", "must be at most 200 characters")
-      else patch.name = name
+      const name = problems.requiredName("name", input.name)
+      if (name !== undefined) patch.name = name
     }
     let typeKnown = true
     if (input.type !== undefined) {

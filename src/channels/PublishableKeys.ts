@@ -29,10 +29,8 @@ interface KeyPatch {
 }
 
 const checkName = (name: string | undefined, problems: Problems, patch: KeyPatch) => {
-  const trimmed = name?.trim() ?? ""
-  if (trimmed.length === 0) problems.add("name", "is required")
-  else if (trimmed.length > 200) problems.add("name", "must be at most 200 characters")
-  else patch.name = trimmed
+  const checked = problems.requiredName("name", name)
+  if (checked !== undefined) patch.name = checked
 }
 
 const checkOrigins = (origins: ReadonlyArray<string>, problems: Problems, patch: KeyPatch) => {

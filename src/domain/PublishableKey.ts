@@ -37,6 +37,7 @@ export const MAX_ALLOWED_ORIGINS = 100
 
 // Only the scheme and authority: a path (even "/"), query, fragment or credentials are refused.
 const ORIGIN_SHAPE = /^https?:\/\/[^/?#@\s\\]+$/
+const DNS_HOST = /^[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*$/
 
 /**
  * The origin as browsers send it in `Origin` (lower case, default port dropped), when the text is
@@ -46,5 +47,6 @@ export const normalizeOrigin = (text: string): Option.Option<string> => {
   const lower = text.trim().toLowerCase()
   if (!ORIGIN_SHAPE.test(lower) || !URL.canParse(lower)) return Option.none()
   const url = new URL(lower)
-  return url.hostname === "" ? Option.none() : Option.some(url.origin)
+  // URL accepts hosts such as `*.example.com`; an origin names one DNS host or IP literal.
+  return DNS_HOST.test(url.hostname) || url.hostname.startsWith("[") ? Option.some(url.origin) : Option.none()
 }

@@ -25,6 +25,9 @@ export const createChannel = (key: string, fields: Record<string, unknown> = {})
     }
   )
 
+/** A timestamp as the APIs write it: ISO 8601 UTC with microseconds. */
+export const ISO_MICROS = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/
+
 /** SHA-256 of a credential, as hex: what the database must hold instead of the credential. */
 export const sha256Hex = (text: string) => createHash("sha256").update(text).digest("hex")
 
