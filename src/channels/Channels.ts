@@ -57,7 +57,7 @@ const versionOf = (row: ChannelRow) => etagOf(toChannel(row))
 class ChannelChanged extends Data.TaggedError("ChannelChanged") {}
 
 /** A channel and its secret, returned once. */
-export interface ChannelWithSecret {
+export interface IssuedChannelSecret {
   readonly channel: Channel
   readonly secret: string
 }
@@ -128,7 +128,7 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
             resourceId: row.id,
             changes: auditedChanges(patch)
           })
-          return { channel: toChannel(row), secret } satisfies ChannelWithSecret
+          return { channel: toChannel(row), secret } satisfies IssuedChannelSecret
         }).pipe(sql.withTransaction)
       }).pipe(orUnavailable)
 
@@ -194,7 +194,7 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
           Effect.flatMap(Option.match({ onNone: () => Effect.fail(notFound(id)), onSome: Effect.succeed }))
         )
         yield* audit.record(actor, { tenantId, action: "channel.secret_rotated", resourceType: "channel", resourceId: id })
-        return { channel: toChannel(row), secret } satisfies ChannelWithSecret
+        return { channel: toChannel(row), secret } satisfies IssuedChannelSecret
       }).pipe(sql.withTransaction, orUnavailable)
 
     return { create, list, get, update, remove, rotateSecret } as const

@@ -9,12 +9,14 @@ export type ChannelType = typeof ChannelType.Type
 export const ChannelMode = Schema.Literal("inbound", "outbound", "duplex")
 export type ChannelMode = typeof ChannelMode.Type
 
+/** An inactive channel neither accepts inbound messages nor receives deliveries. */
 export const ChannelStatus = Schema.Literal("active", "inactive")
 export type ChannelStatus = typeof ChannelStatus.Type
 
 /** States of the delivery circuit breaker (server-apis.md "Delivery circuit breaker"). */
 export const CircuitState = Schema.Literal("closed", "open", "half_open", "paused")
 
+/** How the delay between delivery attempts grows: doubling, by `base_ms` each time, or constant. */
 export const Backoff = Schema.Literal("exponential", "linear", "fixed")
 export type Backoff = typeof Backoff.Type
 

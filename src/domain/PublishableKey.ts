@@ -1,5 +1,6 @@
 import { Option, Schema } from "effect"
 
+/** A disabled key is refused when exchanged for a token. */
 export const PublishableKeyStatus = Schema.Literal("active", "disabled")
 export type PublishableKeyStatus = typeof PublishableKeyStatus.Type
 

@@ -1,14 +1,15 @@
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Option } from "effect"
-import { Channels, type ChannelWithSecret } from "../channels/Channels.js"
+import { Channels, type IssuedChannelSecret } from "../channels/Channels.js"
 import type { ChannelInput } from "../domain/Channel.js"
 import { CurrentCredential } from "./ApiKeyAuth.js"
 import { withETag } from "./ETag.js"
 import { ParleyApi } from "./ParleyApi.js"
 
 // The secret is shown once; the ETag is the channel's own, the one If-Match is checked against.
-const withSecret = ({ channel, secret }: ChannelWithSecret) => withETag({ ...channel, secret }, channel)
+const withSecret = ({ channel, secret }: IssuedChannelSecret) => withETag({ ...channel, secret }, channel)
 
+/** The `channels` group: the tenant comes from the management key, never from the request. */
 export const ChannelsHandlers = HttpApiBuilder.group(ParleyApi, "channels", (handlers) =>
   Effect.gen(function*() {
     const channels = yield* Channels

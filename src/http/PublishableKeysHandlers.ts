@@ -9,6 +9,7 @@ const withKey = ({ key, publishableKey }: { readonly publishableKey: Publishable
   data: { ...publishableKey, key }
 })
 
+/** The `publishableKeys` group: keys are reached only through a channel of the key's tenant. */
 export const PublishableKeysHandlers = HttpApiBuilder.group(ParleyApi, "publishableKeys", (handlers) =>
   Effect.gen(function*() {
     const keys = yield* PublishableKeys
