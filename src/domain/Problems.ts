@@ -10,6 +10,15 @@ export class Problems {
     return this
   }
 
+  /** A required name, trimmed, of 1 to 200 characters (as the name columns enforce); undefined when reported. */
+  requiredName(field: string, value: string | undefined): string | undefined {
+    const name = value?.trim() ?? ""
+    if (name.length === 0) this.add(field, "is required")
+    else if (name.length > 200) this.add(field, "must be at most 200 characters")
+    else return name
+    return undefined
+  }
+
   get isEmpty(): boolean {
     return Object.keys(this.fields).length === 0
   }

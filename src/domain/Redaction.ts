@@ -1,16 +1,79 @@
-/** The placeholder shown instead of a secret value. */
+import { Predicate } from "effect"
+
+/** What a credential-like value is shown as. */
 export const REDACTED = "[REDACTED]"
 
-const SENSITIVE = /^(authorization|api_?key|password|secret|token|access_token|app_secret|client_secret)$|(_token|_secret|_password|_api_key)$/i
+/** `accessToken`, `X-Api-Key` and `api key` all become `access_token`, `x_api_key`, `api_key`. */
+const normalize = (key: string): string =>
+  key.replace(/([a-z0-9])([A-Z])/g, "$1_$2").toLowerCase().replace(/[^a-z0-9]+/g, "_")
 
-/** True for object keys that name a credential (`api_key`, `password`, `*_token`, …). */
-export const isSensitiveKey = (key: string): boolean => SENSITIVE.test(key)
+const sensitiveNames = new Set(["authorization", "api_key", "apikey", "password", "secret", "token"])
+const sensitiveSuffixes = ["_token", "_secret", "_password", "_key"]
 
-/** A deep copy of a JSON value with every sensitive key's value replaced by `[REDACTED]`. */
-export const redactSensitive = (value: unknown): unknown => {
-  if (Array.isArray(value)) return value.map(redactSensitive)
-  if (typeof value !== "object" || value === null) return value
-  return Object.fromEntries(
-    Object.entries(value).map(([key, inner]) => [key, isSensitiveKey(key) ? REDACTED : redactSensitive(inner)])
-  )
+/** True for a key that looks like it holds a credential (`authorization`, `api_key`, `*_token`, …). */
+export const isSensitiveKey = (key: string): boolean => {
+  const name = normalize(key)
+  return sensitiveNames.has(name) || sensitiveSuffixes.some((suffix) => name.endsWith(suffix))
 }
+
+/** True for a header name that carries credentials: the key rule, plus any `*auth*` header and cookies. */
+export const isSensitiveHeader = (name: string): boolean => {
+  const normalized = normalize(name)
+  return isSensitiveKey(name) || normalized.includes("auth") || normalized === "cookie" ||
+    normalized === "set_cookie"
+}
+
+/** Whether the value under `key` of an object is hidden; `inHeaders` when the object is a header map. */
+const hides = (key: string, inHeaders: boolean) => inHeaders ? isSensitiveHeader(key) : isSensitiveKey(key)
+
+const redactValue = (value: unknown, inHeaders: boolean): unknown => {
+  if (Array.isArray(value)) return value.map((item) => redactValue(item, false))
+  if (!Predicate.isRecord(value)) return value
+  const out: Record<string, unknown> = {}
+  for (const [key, inner] of Object.entries(value)) {
+    // null reveals nothing and tells the reader the setting is empty.
+    out[key] = hides(key, inHeaders) && inner !== null ? REDACTED : redactValue(inner, normalize(key) === "headers")
+  }
+  return out
+}
+
+/**
+ * A copy of the object with every credential-like value replaced by `[REDACTED]`, at any depth and
+ * inside arrays; every value of a `headers` map whose header name is authorization-like too.
+ */
+export const redactObject = (value: Readonly<Record<string, unknown>>): Record<string, unknown> =>
+  redactValue(value, false) as Record<string, unknown>
+
+const childPath = (path: string, key: string | number) =>
+  typeof key === "number" ? `${path}[${key}]` : path === "" ? key : `${path}.${key}`
+
+const restoreValue = (sent: unknown, stored: unknown, path: string, missing: (path: string) => void): unknown => {
+  if (sent === REDACTED) {
+    if (stored === undefined) missing(path)
+    return stored
+  }
+  if (Array.isArray(sent)) {
+    return sent.map((item, i) => restoreValue(item, Array.isArray(stored) ? stored[i] : undefined, childPath(path, i), missing))
+  }
+  if (!Predicate.isRecord(sent)) return sent
+  const out: Record<string, unknown> = {}
+  for (const [key, inner] of Object.entries(sent)) {
+    const previous = Predicate.isRecord(stored) && Object.hasOwn(stored, key) ? stored[key] : undefined
+    out[key] = restoreValue(inner, previous, childPath(path, key), missing)
+  }
+  return out
+}
+
+/**
+ * The sent object with every value still equal to `[REDACTED]`, at any depth, replaced by the stored
+ * value at the same path (array items by index). A `[REDACTED]` with nothing stored at its path is
+ * reported to `missing` with that path (`headers.authorization`, `accounts[0].password`).
+ */
+export const restoreRedacted = (
+  sent: Readonly<Record<string, unknown>>,
+  stored: Readonly<Record<string, unknown>>,
+  missing: (path: string) => void
+): Record<string, unknown> => restoreValue(sent, stored, "", missing) as Record<string, unknown>
+
+/** A copy of any JSON value with every credential-like value redacted (stored delivery payloads). */
+export const redactSensitive = (value: unknown): unknown => redactValue(value, false)

@@ -25,7 +25,7 @@ export const AdminHandlers = HttpApiBuilder.group(ParleyApi, "admin", (handlers)
       .handle("createTenant", ({ payload }) =>
         CurrentActor.pipe(
           Effect.flatMap((actor) => tenants.create(payload.tenant, actor)),
-          Effect.flatMap(({ apiKey, tenant }) => withETag({ ...tenant, api_key: apiKey }))
+          Effect.flatMap(({ apiKey, tenant }) => withETag({ ...tenant, api_key: apiKey }, tenant))
         ))
       .handle("getTenant", ({ path }) => tenants.get(path.id).pipe(Effect.flatMap(withETag)))
       .handle("putTenant", update)

@@ -22,8 +22,11 @@ export const checkIfMatch = (ifMatch: Option.Option<string>, current: string) =>
     }
   })
 
-/** Adds the `ETag` header of `data` to the response of the current request. */
-export const withETag = <A>(data: A) =>
+/**
+ * Answers `{data}` with the `ETag` of `version` (by default `data` itself). Pass the resource when
+ * `data` adds a once-only secret, so the tag equals the one `If-Match` is later checked against.
+ */
+export const withETag = <A>(data: A, version: unknown = data) =>
   HttpApp.appendPreResponseHandler((_request, response) =>
-    Effect.succeed(HttpServerResponse.setHeader(response, "etag", etagOf(data)))
+    Effect.succeed(HttpServerResponse.setHeader(response, "etag", etagOf(version)))
   ).pipe(Effect.as({ data }))

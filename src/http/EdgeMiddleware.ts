@@ -1,5 +1,5 @@
-import { HttpLayerRouter, HttpServerError, HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { Cause, Chunk, Effect, Option } from "effect"
+import { HttpApiSchema, HttpLayerRouter, HttpServerError, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { Cause, Chunk, Effect, Option, type Schema } from "effect"
 import type { WireError } from "../domain/ApiError.js"
 import { Metrics } from "../ops/Metrics.js"
 import { envelopeBody, envelopeResponse, toBody } from "./ErrorEnvelope.js"
@@ -25,40 +25,10 @@ const acceptsJson = (accept: string | undefined) => {
   })
 }
 
+/** The status an error class declares through its HttpApi annotation (500 when it declares none). */
 const statusOfWireError = (error: WireError): number => {
-  switch (error.code) {
-    case "bad_request":
-    case "invalid_watermark":
-    case "channel_inactive":
-      return 400
-    case "unauthorized":
-      return 401
-    case "forbidden":
-    case "insufficient_scope":
-      return 403
-    case "not_found":
-      return 404
-    case "method_not_allowed":
-      return 405
-    case "not_acceptable":
-      return 406
-    case "conflict":
-    case "conversation_closed":
-      return 409
-    case "precondition_failed":
-      return 412
-    case "payload_too_large":
-      return 413
-    case "invalid_message":
-    case "validation_failed":
-      return 422
-    case "rate_limited":
-      return 429
-    case "unavailable":
-      return 503
-    default:
-      return 500
-  }
+  const schema = error.constructor as unknown as Partial<Schema.Schema.Any>
+  return schema.ast === undefined ? 500 : HttpApiSchema.getStatusErrorAST(schema.ast)
 }
 
 const isBodyTooLarge = (error: HttpServerError.RequestError) =>

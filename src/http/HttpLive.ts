@@ -2,6 +2,8 @@ import { HttpLayerRouter } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { Duration, Effect, Layer } from "effect"
 import { createServer } from "node:http"
+import { Channels } from "../channels/Channels.js"
+import { PublishableKeys } from "../channels/PublishableKeys.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { ChannelTokens } from "../auth/ChannelTokens.js"
 import { Conversations } from "../conversations/Conversations.js"
@@ -17,6 +19,8 @@ import { AdminHandlers } from "./AdminHandlers.js"
 import { ManageAuthLive, TenantAuthLive, TenantKeyAuthLive } from "./ApiKeyAuth.js"
 import { ConversationListHandlers, ConversationsHandlers } from "./ConversationsHandlers.js"
 import { ApiKeysHandlers } from "./ApiKeysHandlers.js"
+import { ChannelsHandlers } from "./ChannelsHandlers.js"
+import { PublishableKeysHandlers } from "./PublishableKeysHandlers.js"
 import { SettingsHandlers } from "./SettingsHandlers.js"
 import { UsersHandlers } from "./UsersHandlers.js"
 import { EdgeMiddleware } from "./EdgeMiddleware.js"
@@ -29,6 +33,8 @@ const ApiRoutes = HttpLayerRouter.addHttpApi(ParleyApi, { openapiPath: "/api/v1/
     SettingsHandlers,
     UsersHandlers,
     ApiKeysHandlers,
+    ChannelsHandlers,
+    PublishableKeysHandlers,
     ConversationsHandlers,
     ConversationListHandlers
   )),
@@ -69,7 +75,9 @@ export const RouteServices = Layer.mergeAll(
   Readiness.Default,
   Conversations.Default,
   ChannelTokens.Default,
-  PortalUsers.Default
+  PortalUsers.Default,
+  Channels.Default,
+  PublishableKeys.Default
 ).pipe(
   Layer.provideMerge(AddressGuard.Default)
 )

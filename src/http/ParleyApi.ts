@@ -4,6 +4,8 @@ import { ConversationListApi, ConversationsApi } from "./ConversationsApi.js"
 import { ApiKeysApi } from "./ApiKeysApi.js"
 import { SettingsApi } from "./ManageApi.js"
 import { UsersApi } from "./UsersApi.js"
+import { ChannelsApi } from "./ChannelsApi.js"
+import { PublishableKeysApi } from "./PublishableKeysApi.js"
 
 /** Every REST family served through HttpApi; its OpenAPI document is `GET /api/v1/openapi.json`. */
 export class ParleyApi extends HttpApi.make("parley")
@@ -13,6 +15,8 @@ export class ParleyApi extends HttpApi.make("parley")
   .add(ConversationsApi)
   .add(UsersApi)
   .add(ApiKeysApi)
+  .add(ChannelsApi)
+  .add(PublishableKeysApi)
   .annotate(OpenApi.Title, "Parley")
   .annotate(OpenApi.Version, "0.2.0")
 {}

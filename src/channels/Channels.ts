@@ -1,0 +1,203 @@
+import { SqlClient, SqlSchema } from "@effect/sql"
+import { Data, Effect, Option, Predicate, Schema } from "effect"
+import type { Actor } from "../auth/Actor.js"
+import { generateCredential, hashCredential } from "../auth/Credential.js"
+import { AuditLog } from "../db/AuditLog.js"
+import { orUnavailable } from "../db/SqlFailure.js"
+import { AddressGuard } from "../delivery/AddressGuard.js"
+import { Conflict, NotFound } from "../domain/ApiError.js"
+import {
+  Channel,
+  CHANNEL_LIST_LIMIT,
+  type ChannelInput,
+  DEFAULT_RETRY_POLICY,
+  StoredRetryPolicy
+} from "../domain/Channel.js"
+import { redactObject } from "../domain/Redaction.js"
+import { checkIfMatch, etagOf } from "../http/ETag.js"
+import { type ChannelBase, type ChannelPatch, validateChannel } from "./ChannelValidation.js"
+
+const CHANNEL_COLUMNS = "id, tenant_id, name, type, mode, status, require_signature, config, transformations, " +
+  "retry_policy, rate_limit, circuit_state, inserted_at, updated_at"
+
+/** A stored channel: like the API shape, but with the config unredacted. */
+const ChannelRow = Schema.Struct({ ...Channel.fields, retry_policy: StoredRetryPolicy })
+type ChannelRow = typeof ChannelRow.Type
+
+/** What a new channel starts from; `name` always comes from the request. */
+const NEW_CHANNEL = {
+  type: "webhook",
+  mode: "duplex",
+  status: "active",
+  require_signature: true,
+  config: {},
+  transformations: [],
+  retry_policy: DEFAULT_RETRY_POLICY,
+  rate_limit: null
+} as const satisfies Omit<Required<ChannelPatch>, "name">
+
+const JSON_COLUMNS: ReadonlySet<string> = new Set(["config", "transformations", "retry_policy", "rate_limit"])
+
+/** Column values of a patch: jsonb columns as JSON text (a null rate limit stays SQL NULL). */
+const columnsOf = (patch: ChannelPatch): Record<string, unknown> =>
+  Object.fromEntries(
+    Object.entries(patch).map(([key, value]) => [key, JSON_COLUMNS.has(key) && value !== null ? JSON.stringify(value) : value])
+  )
+
+/** The patch as the audit log keeps it: never a credential. */
+const auditedChanges = (patch: ChannelPatch) =>
+  patch.config === undefined ? patch : { ...patch, config: redactObject(patch.config) }
+
+const toChannel = (row: ChannelRow) => new Channel({ ...row, config: redactObject(row.config) })
+
+/** The version `If-Match` is compared with: the ETag of what the API shows. */
+const versionOf = (row: ChannelRow) => etagOf(toChannel(row))
+
+/** The channel was written by someone else between validation and the row lock. */
+class ChannelChanged extends Data.TaggedError("ChannelChanged") {}
+
+/** A channel and its secret, returned once. */
+export interface IssuedChannelSecret {
+  readonly channel: Channel
+  readonly secret: string
+}
+
+/** A tenant's channels (management API): configs validated per type, secrets stored as hashes only. */
+export class Channels extends Effect.Service<Channels>()("parley/Channels", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const audit = yield* AuditLog
+    const guard = yield* AddressGuard
+
+    const findChannel = SqlSchema.findOne({
+      Request: Schema.Struct({ tenantId: Schema.String, id: Schema.String, lock: Schema.Boolean }),
+      Result: ChannelRow,
+      execute: ({ id, lock, tenantId }) =>
+        sql`SELECT ${sql.literal(CHANNEL_COLUMNS)} FROM channels WHERE tenant_id = ${tenantId} AND id = ${id}
+            ${sql.literal(lock ? "FOR UPDATE" : "")}`
+    })
+
+    const listChannels = SqlSchema.findAll({
+      Request: Schema.String,
+      Result: ChannelRow,
+      execute: (tenantId) =>
+        sql`SELECT ${sql.literal(CHANNEL_COLUMNS)} FROM channels WHERE tenant_id = ${tenantId}
+            ORDER BY name, id LIMIT ${CHANNEL_LIST_LIMIT}`
+    })
+
+    const insertChannel = SqlSchema.single({
+      Request: Schema.Record({ key: Schema.String, value: Schema.Unknown }),
+      Result: ChannelRow,
+      execute: (columns) => sql`INSERT INTO channels ${sql.insert(columns)} RETURNING ${sql.literal(CHANNEL_COLUMNS)}`
+    })
+
+    const replaceSecret = SqlSchema.findOne({
+      Request: Schema.Struct({ tenantId: Schema.String, id: Schema.String, hash: Schema.Uint8ArrayFromSelf }),
+      Result: ChannelRow,
+      execute: ({ hash, id, tenantId }) =>
+        sql`UPDATE channels SET secret_hash = ${hash}, updated_at = now()
+            WHERE tenant_id = ${tenantId} AND id = ${id} RETURNING ${sql.literal(CHANNEL_COLUMNS)}`
+    })
+
+    const notFound = (id: string) => new NotFound({ message: `channel ${id} not found` })
+
+    const load = (tenantId: string, id: string, lock: boolean) =>
+      findChannel({ tenantId, id, lock }).pipe(
+        Effect.flatMap(Option.match({ onNone: () => Effect.fail(notFound(id)), onSome: Effect.succeed }))
+      )
+
+    const validate = (input: ChannelInput, base: ChannelBase, creating: boolean) =>
+      validateChannel(input, base, creating).pipe(Effect.provideService(AddressGuard, guard))
+
+    /** Creates a channel; its secret is returned here once. */
+    const create = (tenantId: string, input: ChannelInput, actor: Actor) =>
+      Effect.gen(function*() {
+        const patch = yield* validate(input, NEW_CHANNEL, true)
+        const secret = generateCredential("channelSecret")
+        return yield* Effect.gen(function*() {
+          const row = yield* insertChannel({
+            ...columnsOf({ ...NEW_CHANNEL, ...patch }),
+            id: crypto.randomUUID(),
+            tenant_id: tenantId,
+            secret_hash: hashCredential(secret)
+          })
+          yield* audit.record(actor, {
+            tenantId,
+            action: "channel.created",
+            resourceType: "channel",
+            resourceId: row.id,
+            changes: auditedChanges(patch)
+          })
+          return { channel: toChannel(row), secret } satisfies IssuedChannelSecret
+        }).pipe(sql.withTransaction)
+      }).pipe(orUnavailable)
+
+    /** The tenant's channels by name, at most `CHANNEL_LIST_LIMIT`. */
+    const list = (tenantId: string) => listChannels(tenantId).pipe(Effect.map((rows) => rows.map(toChannel)), orUnavailable)
+
+    const get = (tenantId: string, id: string) => load(tenantId, id, false).pipe(Effect.map(toChannel), orUnavailable)
+
+    // Validation may resolve a webhook host, so it runs before the row lock is taken; the write then
+    // proceeds only if the channel is still the version that was validated.
+    const attemptUpdate = (tenantId: string, id: string, input: ChannelInput, ifMatch: Option.Option<string>, actor: Actor) =>
+      Effect.gen(function*() {
+        const current = yield* load(tenantId, id, false)
+        const version = versionOf(current)
+        yield* checkIfMatch(ifMatch, version)
+        const patch = yield* validate(input, current, false)
+        return yield* Effect.gen(function*() {
+          if (versionOf(yield* load(tenantId, id, true)) !== version) return yield* new ChannelChanged()
+          const columns = columnsOf(patch)
+          if (Object.keys(columns).length > 0) {
+            yield* sql`UPDATE channels SET ${sql.update(columns)}, updated_at = now() WHERE id = ${id}`
+          }
+          yield* audit.record(actor, {
+            tenantId,
+            action: "channel.updated",
+            resourceType: "channel",
+            resourceId: id,
+            changes: auditedChanges(patch)
+          })
+          return toChannel(yield* load(tenantId, id, false))
+        }).pipe(sql.withTransaction)
+      })
+
+    /** PUT and PATCH: sent fields are set, the others kept; honours `If-Match`. */
+    const update = (tenantId: string, id: string, input: ChannelInput, ifMatch: Option.Option<string>, actor: Actor) =>
+      attemptUpdate(tenantId, id, input, ifMatch, actor).pipe(
+        Effect.retry({ times: 2, while: Predicate.isTagged("ChannelChanged") }),
+        Effect.catchTag("ChannelChanged", () =>
+          Effect.fail(new Conflict({ message: "the channel kept changing during the update, retry" }))),
+        orUnavailable
+      )
+
+    /** Deletes the channel; its conversations, keys and deliveries go with it (foreign keys cascade). */
+    const remove = (tenantId: string, id: string, ifMatch: Option.Option<string>, actor: Actor) =>
+      Effect.gen(function*() {
+        const current = yield* load(tenantId, id, true)
+        yield* checkIfMatch(ifMatch, versionOf(current))
+        yield* sql`DELETE FROM channels WHERE id = ${id}`
+        yield* audit.record(actor, {
+          tenantId,
+          action: "channel.deleted",
+          resourceType: "channel",
+          resourceId: id,
+          changes: { name: current.name, type: current.type }
+        })
+      }).pipe(sql.withTransaction, orUnavailable)
+
+    /** A new secret, returned once; the old one stops working when this commits. */
+    const rotateSecret = (tenantId: string, id: string, actor: Actor) =>
+      Effect.gen(function*() {
+        const secret = generateCredential("channelSecret")
+        const row = yield* replaceSecret({ tenantId, id, hash: hashCredential(secret) }).pipe(
+          Effect.flatMap(Option.match({ onNone: () => Effect.fail(notFound(id)), onSome: Effect.succeed }))
+        )
+        yield* audit.record(actor, { tenantId, action: "channel.secret_rotated", resourceType: "channel", resourceId: id })
+        return { channel: toChannel(row), secret } satisfies IssuedChannelSecret
+      }).pipe(sql.withTransaction, orUnavailable)
+
+    return { create, list, get, update, remove, rotateSecret } as const
+  }),
+  dependencies: [AuditLog.Default]
+}) {}

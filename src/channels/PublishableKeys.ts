@@ -1,0 +1,209 @@
+import { SqlClient, SqlSchema } from "@effect/sql"
+import { Effect, Option, Schema } from "effect"
+import type { Actor } from "../auth/Actor.js"
+import { generateCredential, hashCredential } from "../auth/Credential.js"
+import { AuditLog } from "../db/AuditLog.js"
+import { orUnavailable } from "../db/SqlFailure.js"
+import { NotFound } from "../domain/ApiError.js"
+import { Problems } from "../domain/Problems.js"
+import {
+  MAX_ALLOWED_ORIGINS,
+  type NewPublishableKeyInput,
+  normalizeOrigin,
+  PublishableKey,
+  type PublishableKeyInput,
+  PublishableKeyStatus
+} from "../domain/PublishableKey.js"
+
+const KEY_COLUMNS = "id, channel_id, name, prefix, allowed_origins, status, inserted_at, updated_at"
+const PREFIX_LENGTH = 11
+const LIST_LIMIT = 1000
+
+const isStatus = Schema.is(PublishableKeyStatus)
+
+/** Column values of a validated change; only what was sent. */
+interface KeyPatch {
+  name?: string
+  allowed_origins?: ReadonlyArray<string>
+  status?: PublishableKeyStatus
+}
+
+const checkName = (name: string | undefined, problems: Problems, patch: KeyPatch) => {
+  const checked = problems.requiredName("name", name)
+  if (checked !== undefined) patch.name = checked
+}
+
+const checkOrigins = (origins: ReadonlyArray<string>, problems: Problems, patch: KeyPatch) => {
+  if (origins.length > MAX_ALLOWED_ORIGINS) {
+    problems.add("allowed_origins", `must have at most ${MAX_ALLOWED_ORIGINS} origins`)
+    return
+  }
+  const normalized: Array<string> = []
+  for (const origin of origins) {
+    Option.match(normalizeOrigin(origin), {
+      onNone: () =>
+        problems.add("allowed_origins", `${JSON.stringify(origin)} is not an origin like https://app.example.com`),
+      onSome: (value) => normalized.push(value)
+    })
+  }
+  patch.allowed_origins = [...new Set(normalized)]
+}
+
+/** A fresh key: the raw value (returned once) and what is stored of it. */
+const freshKey = () => {
+  const key = generateCredential("publishableKey")
+  return { key, prefix: key.slice(0, PREFIX_LENGTH), hash: hashCredential(key) }
+}
+
+/** Publishable keys of a tenant's channels (CONTRACT.md §3). Only hashes are stored. */
+export class PublishableKeys extends Effect.Service<PublishableKeys>()("parley/PublishableKeys", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const audit = yield* AuditLog
+
+    const channelExists = SqlSchema.findOne({
+      Request: Schema.Struct({ tenantId: Schema.String, channelId: Schema.String }),
+      Result: Schema.Struct({ id: Schema.String }),
+      // FOR KEY SHARE: the channel cannot be deleted while a key is being added to it.
+      execute: ({ channelId, tenantId }) =>
+        sql`SELECT id FROM channels WHERE tenant_id = ${tenantId} AND id = ${channelId} FOR KEY SHARE`
+    })
+
+    const listKeys = SqlSchema.findAll({
+      Request: Schema.Struct({ tenantId: Schema.String, channelId: Schema.String }),
+      Result: PublishableKey,
+      execute: ({ channelId, tenantId }) =>
+        sql`SELECT ${sql.literal(KEY_COLUMNS)} FROM publishable_keys
+            WHERE tenant_id = ${tenantId} AND channel_id = ${channelId}
+            ORDER BY inserted_at, id LIMIT ${LIST_LIMIT}`
+    })
+
+    const insertKey = SqlSchema.single({
+      Request: Schema.Record({ key: Schema.String, value: Schema.Unknown }),
+      Result: PublishableKey,
+      execute: (columns) => sql`INSERT INTO publishable_keys ${sql.insert(columns)} RETURNING ${sql.literal(KEY_COLUMNS)}`
+    })
+
+    const updateKey = SqlSchema.findOne({
+      Request: Schema.Struct({
+        tenantId: Schema.String,
+        channelId: Schema.String,
+        id: Schema.String,
+        columns: Schema.Record({ key: Schema.String, value: Schema.Unknown })
+      }),
+      Result: PublishableKey,
+      execute: ({ channelId, columns, id, tenantId }) =>
+        // An empty change still answers with the key (and 404 without one), but leaves it as it is.
+        sql`UPDATE publishable_keys
+            SET ${Object.keys(columns).length === 0 ? sql`updated_at = updated_at` : sql`${sql.update(columns)}, updated_at = now()`}
+            WHERE tenant_id = ${tenantId} AND channel_id = ${channelId} AND id = ${id}
+            RETURNING ${sql.literal(KEY_COLUMNS)}`
+    })
+
+    const channelNotFound = (id: string) => new NotFound({ message: `channel ${id} not found` })
+    const keyNotFound = (id: string) => new NotFound({ message: `publishable key ${id} not found` })
+
+    const requireChannel = (tenantId: string, channelId: string) =>
+      channelExists({ tenantId, channelId }).pipe(
+        Effect.flatMap(Option.match({ onNone: () => Effect.fail(channelNotFound(channelId)), onSome: () => Effect.void }))
+      )
+
+    /** Applies column changes to a key of the channel and audits them; 404 when there is no such key. */
+    const change = (
+      tenantId: string,
+      channelId: string,
+      id: string,
+      columns: Record<string, unknown>,
+      action: string,
+      changes: unknown,
+      actor: Actor
+    ) =>
+      Effect.gen(function*() {
+        const updated = yield* updateKey({ tenantId, channelId, id, columns })
+        if (Option.isNone(updated)) return yield* keyNotFound(id)
+        yield* audit.record(actor, { tenantId, action, resourceType: "publishable_key", resourceId: id, changes })
+        return updated.value
+      })
+
+    /** Issues a key for the channel; the key is returned here once. */
+    const create = (tenantId: string, channelId: string, input: NewPublishableKeyInput, actor: Actor) =>
+      Effect.gen(function*() {
+        const problems = new Problems()
+        const patch: KeyPatch = {}
+        checkName(input.name, problems, patch)
+        checkOrigins(input.allowed_origins ?? [], problems, patch)
+        yield* problems.check()
+        const { hash, key, prefix } = freshKey()
+        return yield* Effect.gen(function*() {
+          yield* requireChannel(tenantId, channelId)
+          const created = yield* insertKey({
+            id: crypto.randomUUID(),
+            tenant_id: tenantId,
+            channel_id: channelId,
+            name: patch.name,
+            prefix,
+            key_hash: hash,
+            allowed_origins: patch.allowed_origins
+          })
+          yield* audit.record(actor, {
+            tenantId,
+            action: "publishable_key.created",
+            resourceType: "publishable_key",
+            resourceId: created.id,
+            changes: { channel_id: channelId, ...patch }
+          })
+          return { publishableKey: created, key }
+        }).pipe(sql.withTransaction)
+      }).pipe(orUnavailable)
+
+    /** The channel's keys, oldest first, without their values. */
+    const list = (tenantId: string, channelId: string) =>
+      requireChannel(tenantId, channelId).pipe(Effect.zipRight(listKeys({ tenantId, channelId })), orUnavailable)
+
+    /** Changes `name`, `allowed_origins` (replaced as a whole) or `status`; only sent fields. */
+    const update = (tenantId: string, channelId: string, id: string, input: PublishableKeyInput, actor: Actor) =>
+      Effect.gen(function*() {
+        const problems = new Problems()
+        const patch: KeyPatch = {}
+        if (input.name !== undefined) checkName(input.name, problems, patch)
+        if (input.allowed_origins !== undefined) checkOrigins(input.allowed_origins, problems, patch)
+        if (input.status !== undefined) {
+          if (isStatus(input.status)) patch.status = input.status
+          else problems.add("status", "must be active or disabled")
+        }
+        yield* problems.check()
+        return yield* change(tenantId, channelId, id, { ...patch }, "publishable_key.updated", patch, actor).pipe(
+          sql.withTransaction
+        )
+      }).pipe(orUnavailable)
+
+    /** A new key value, returned once; the old value stops working when this commits. */
+    const rotate = (tenantId: string, channelId: string, id: string, actor: Actor) =>
+      Effect.gen(function*() {
+        const { hash, key, prefix } = freshKey()
+        const rotated = yield* change(
+          tenantId,
+          channelId,
+          id,
+          { key_hash: hash, prefix },
+          "publishable_key.rotated",
+          { prefix },
+          actor
+        ).pipe(sql.withTransaction)
+        return { publishableKey: rotated, key }
+      }).pipe(orUnavailable)
+
+    /** Deletes the key at once. */
+    const remove = (tenantId: string, channelId: string, id: string, actor: Actor) =>
+      Effect.gen(function*() {
+        const rows = yield* sql<{ id: string }>`
+          DELETE FROM publishable_keys WHERE tenant_id = ${tenantId} AND channel_id = ${channelId} AND id = ${id}
+          RETURNING id`
+        if (rows.length === 0) return yield* keyNotFound(id)
+        yield* audit.record(actor, { tenantId, action: "publishable_key.deleted", resourceType: "publishable_key", resourceId: id })
+      }).pipe(sql.withTransaction, orUnavailable)
+
+    return { create, list, update, rotate, remove } as const
+  }),
+  dependencies: [AuditLog.Default]
+}) {}
