@@ -1,6 +1,7 @@
 import { Effect, Layer, Logger, LogLevel } from "effect"
 import { ClusterLive } from "../cluster/ClusterLive.js"
 import { ConversationEntityLive } from "../cluster/ConversationEntityLive.js"
+import { ConversationExpiryLive } from "../cluster/ConversationExpiry.js"
 import { AppConfig } from "./config/AppConfig.js"
 import { ActivityStore } from "./conversations/ActivityStore.js"
 import { ConversationStateRepo } from "./conversations/ConversationState.js"
@@ -36,7 +37,7 @@ const NodeServices = Layer.mergeAll(Metrics.Default, Lifecycle.Default, JobRunne
  * order: routes, then entities, then the writer, then sharding, then the pool.
  */
 export const NodeLive = HttpLive.pipe(
-  Layer.provide(Layer.mergeAll(ConversationEntityLive, HousekeepingLive, NodeMetricsLive)),
+  Layer.provide(Layer.mergeAll(ConversationEntityLive, ConversationExpiryLive, HousekeepingLive, NodeMetricsLive)),
   // Merged into the output, so in-process test nodes can reach the hub and the limiter.
   Layer.provideMerge(Layer.mergeAll(ConversationHub.Default, RateLimiter.Default)),
   Layer.provideMerge(Layer.mergeAll(ActivityStore.Default, ConversationStateRepo.Default)),

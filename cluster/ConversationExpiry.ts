@@ -1,0 +1,53 @@
+import { Singleton } from "@effect/cluster"
+import { SqlClient } from "@effect/sql"
+import { Duration, Effect, Layer, Schedule } from "effect"
+import { AppConfig } from "../src/config/AppConfig.js"
+import { ConversationEntity } from "./ConversationEntity.js"
+
+const PAGE = 500
+const CALL_TIMEOUT = Duration.seconds(10)
+
+/**
+ * Inactivity auto-close: every `CONVERSATION_EXPIRY_CHECK_SECONDS`, exactly one node in the cluster
+ * (a cluster singleton) closes the conversations idle for `CONVERSATION_IDLE_CLOSE_SECONDS`. The close
+ * goes through each conversation's entity, which appends the `expired` event and keeps seq right,
+ * and which skips a conversation that became active again after the cutoff.
+ */
+export const ConversationExpiryLive = Layer.unwrapEffect(
+  Effect.map(AppConfig, (config) =>
+    Singleton.make(
+      "conversation-expiry",
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const entity = yield* ConversationEntity.client
+        const sweep = Effect.gen(function*() {
+          const cutoff = new Date(Date.now() - config.conversationIdleCloseSeconds * 1000).toISOString()
+          let closed = 0
+          while (true) {
+            let closedNow = 0
+            const idle = yield* sql<{ id: string; tenant_id: string }>`
+              SELECT id, tenant_id FROM conversations
+              WHERE status = 'active' AND updated_at < ${cutoff}
+              ORDER BY updated_at LIMIT ${PAGE}`
+            for (const { id, tenant_id } of idle) {
+              const result = yield* entity(id).SetStatus({
+                tenantId: tenant_id,
+                status: "closed",
+                reason: "expired",
+                idleSince: cutoff
+              }).pipe(Effect.timeout(CALL_TIMEOUT), Effect.either)
+              if (result._tag === "Right" && result.right.changed) closedNow++
+            }
+            // A conversation that could not be closed now is retried at the next check.
+            closed += closedNow
+            if (idle.length < PAGE || closedNow === 0) break
+          }
+          if (closed > 0) yield* Effect.logInfo("idle conversations closed").pipe(Effect.annotateLogs("count", closed))
+        })
+        yield* sweep.pipe(
+          Effect.catchAllCause((cause) => Effect.logWarning("conversation expiry check failed", cause)),
+          Effect.repeat(Schedule.spaced(Duration.seconds(config.conversationExpiryCheckSeconds)))
+        )
+      })
+    ))
+)
