@@ -41,7 +41,7 @@ export const NodeLive = HttpLive.pipe(
   // Merged into the output, so in-process test nodes can reach the hub and the limiter.
   Layer.provideMerge(Layer.mergeAll(ConversationHub.Default, RateLimiter.Default)),
   Layer.provideMerge(Layer.mergeAll(ActivityStore.Default, ConversationStateRepo.Default)),
-  Layer.provide(ClusterLive),
+  Layer.provideMerge(ClusterLive),
   Layer.provide(NodeServices),
   Layer.provide(MigrationsLive),
   Layer.provide(DatabaseLive)

@@ -86,7 +86,8 @@ const PoolLive = Layer.scoped(
       const pool = yield* acquirePool({
         connectionString: Redacted.value(config.databaseUrl.value),
         max: POOL_SIZE,
-        application_name: "parley"
+        // Names the node in pg_stat_activity (and so the holder of each shard's advisory lock).
+        application_name: `parley ${config.clusterRunnerHost}:${config.clusterRunnerPort}`
       })
       return { pool, embedded: false }
     }
@@ -104,11 +105,7 @@ const PoolLive = Layer.scoped(
 
 const ClientLive = Layer.unwrapEffect(
   Effect.map(DatabasePool, ({ pool }) =>
-    PgClient.layerFromPool({
-      acquire: Effect.succeed(pool),
-      applicationName: "parley",
-      types
-    }))
+    PgClient.layerFromPool({ acquire: Effect.succeed(pool), types }))
 )
 
 /** `SqlClient`, `PgClient` and `DatabasePool` for the configured database. */

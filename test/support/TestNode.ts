@@ -24,9 +24,11 @@ export const TestNodeLive = (env: Record<string, string> = {}) =>
     Effect.gen(function*() {
       const db = yield* TestDatabase
       const port = yield* freePort
+      const runnerPort = yield* freePort
       const provider = ConfigProvider.fromMap(
         new Map(Object.entries({
           PORT: String(port),
+          CLUSTER_RUNNER_PORT: String(runnerPort),
           HOST: "127.0.0.1",
           DATA_DIR: db.dataDir,
           ADMIN_API_TOKEN: ADMIN_TOKEN,

@@ -1,0 +1,153 @@
+import { EntityId, Sharding } from "@effect/cluster"
+import { describe, expect, layer } from "@effect/vitest"
+import { Chunk, Effect, Fiber, Stream } from "effect"
+import { ConversationHub } from "../src/realtime/ConversationHub.js"
+import { insertChannel, insertConversation } from "./support/Fixtures.js"
+import { type Ack, client, deliver } from "./support/LoadClient.js"
+import { type NodeProcess, spawnNode } from "./support/NodeProcess.js"
+import { query, serverUrl, TestDatabase } from "./support/TestDatabase.js"
+import { createTenant, TestNode, TestNodeLive } from "./support/TestNode.js"
+
+const LOCK_EXPIRATION_MS = "4000"
+const clusterEnv = {
+  CLUSTER_SHARD_LOCK_EXPIRATION_MS: LOCK_EXPIRATION_MS,
+  CLUSTER_ENTITY_TERMINATION_TIMEOUT_MS: "2000"
+}
+
+/** Two more nodes as real processes on this test file's database; the in-process node is the third. */
+const startPeers = Effect.gen(function*() {
+  const db = yield* TestDatabase
+  const env = { DATABASE_URL: db.url!, DRAIN_MAX_MS: "15000", ...clusterEnv }
+  const [a, c] = yield* Effect.all([spawnNode("A", env), spawnNode("C", env)], { concurrency: 2 })
+  return { a, c }
+})
+
+/**
+ * The runner port holding the shard of a conversation: the node whose connection holds the shard's
+ * advisory lock (lock number 1,000,000 + shard for the first shard group); nodes name themselves
+ * in `application_name`.
+ */
+const ownerPort = (conversationId: string) =>
+  Effect.gen(function*() {
+    const sharding = yield* Sharding.Sharding
+    const shard = sharding.getShardId(EntityId.make(conversationId), "default").id
+    const rows = yield* query<{ application_name: string }>(
+      `SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+       WHERE l.locktype = 'advisory' AND l.granted AND l.objid = $1 AND a.datname = current_database()`,
+      [1_000_000 + shard]
+    )
+    return Number(rows[0]?.application_name.split(":").pop())
+  })
+
+/** Per conversation: seqs 1..n without gap or duplicate, one row per key, every ack stored as acknowledged. */
+const checkStored = (conversationIds: ReadonlyArray<string>, acks: ReadonlyArray<Ack>) =>
+  Effect.gen(function*() {
+    for (const conversationId of conversationIds) {
+      const rows = yield* query<{ id: string; seq: string; idempotency_key: string }>(
+        "SELECT id, seq, idempotency_key FROM activities WHERE conversation_id = $1 ORDER BY seq",
+        [conversationId]
+      )
+      expect(rows.map((r) => Number(r.seq))).toEqual(rows.map((_, i) => i + 1))
+      const mine = acks.filter((a) => a.conversationId === conversationId)
+      expect(new Set(rows.map((r) => r.idempotency_key)).size).toBe(rows.length)
+      expect(rows.length).toBe(mine.length)
+      const byKey = new Map(rows.map((r) => [r.idempotency_key, r]))
+      for (const ack of mine) {
+        expect(byKey.get(ack.key)?.id).toBe(ack.id)
+        expect(Number(byKey.get(ack.key)?.seq)).toBe(ack.seq)
+      }
+    }
+  })
+
+/**
+ * Load on several conversations while `stop` takes one owning node away; every client retries
+ * with its idempotency keys through the nodes still up.
+ */
+const survivesLoss = (stop: (node: NodeProcess) => Effect.Effect<void>) =>
+  Effect.gen(function*() {
+    const { a, c } = yield* startPeers
+    const self = yield* TestNode
+    const tenant = yield* createTenant()
+    const channel = yield* insertChannel(tenant.id)
+    const conversationIds: ReadonlyArray<string> = yield* Effect.forEach(
+      Array.from({ length: 12 }),
+      () => insertConversation(tenant.id, channel.id)
+    )
+    const alive = new Set([a.baseUrl, self.baseUrl, c.baseUrl])
+    const nodes = () => [...alive]
+    // Activate every entity so its shard is held, then pick the peer owning the most of them.
+    yield* Effect.forEach(conversationIds, (id, i) => deliver(nodes, tenant.api_key, id, `warm-${i}`, i), { concurrency: 12 })
+    const owners = yield* Effect.forEach(conversationIds, ownerPort)
+    const victim = [a, c].sort((x, y) =>
+      owners.filter((p) => p === y.runnerPort).length - owners.filter((p) => p === x.runnerPort).length
+    )[0]!
+    const owned = conversationIds.filter((_, i) => owners[i] === victim.runnerPort)
+    expect(owned.length).toBeGreaterThan(0)
+
+    const load = yield* Effect.forEach(
+      conversationIds.flatMap((id) => [0, 1].map((n) => client(nodes, tenant.api_key, id, `${id}-${n}`, 15))),
+      (run) => run,
+      { concurrency: "unbounded" }
+    ).pipe(Effect.fork)
+    yield* Effect.sleep("1 second")
+    const stoppedAt = Date.now()
+    alive.delete(victim.baseUrl)
+    yield* stop(victim)
+    const acks = [
+      ...(yield* Fiber.join(load)).flat(),
+      ...conversationIds.map((id, i) => ({ conversationId: id, key: `warm-${i}` }))
+    ]
+    const warm = yield* query<{ conversation_id: string; idempotency_key: string; id: string; seq: string }>(
+      "SELECT conversation_id, idempotency_key, id, seq FROM activities WHERE idempotency_key LIKE 'warm-%'"
+    )
+    const all: Array<Ack> = [
+      ...acks.filter((x): x is Ack => "id" in x),
+      ...warm.map((w) => ({ conversationId: w.conversation_id, key: w.idempotency_key, id: w.id, seq: Number(w.seq), sentAt: 0, at: 0 }))
+    ]
+    yield* checkStored(conversationIds, all)
+    const firstAfter = Math.min(...all.filter((x) => owned.includes(x.conversationId) && x.sentAt > stoppedAt).map((x) => x.at))
+    console.log(`failover: conversations of the stopped node were writable again after ${firstAfter - stoppedAt} ms`)
+    return victim
+  })
+
+describe.skipIf(serverUrl === undefined)("cluster", () => {
+  layer(TestNodeLive(clusterEnv), { excludeTestServices: true })("three nodes on one database", (it) => {
+    it.effect("concurrent posts through all nodes give seq 1..N; a listener on one node sees all, in order", () =>
+      Effect.gen(function*() {
+        const { a, c } = yield* startPeers
+        const self = yield* TestNode
+        const hub = yield* ConversationHub
+        const tenant = yield* createTenant()
+        const channel = yield* insertChannel(tenant.id)
+        const conversationId = yield* insertConversation(tenant.id, channel.id)
+        const total = 60
+        const listener = yield* hub.subscribe(conversationId, 0).pipe(Stream.take(total), Stream.runCollect, Effect.fork)
+        const nodes = [a.baseUrl, self.baseUrl, c.baseUrl]
+        const acks = yield* Effect.forEach(
+          Array.from({ length: total }, (_, i) => i),
+          (i) => deliver(() => [nodes[i % 3]!], tenant.api_key, conversationId, `k-${i}`, 0),
+          { concurrency: 30 }
+        )
+        expect(acks.map((x) => x.seq).sort((x, y) => x - y)).toEqual(Array.from({ length: total }, (_, i) => i + 1))
+        yield* checkStored([conversationId], acks)
+        const seen = Chunk.toReadonlyArray(yield* Fiber.join(listener))
+        expect(seen.map((x) => x.seq)).toEqual(Array.from({ length: total }, (_, i) => i + 1))
+        expect(new Set(seen.map((x) => x.id))).toEqual(new Set(acks.map((x) => x.id)))
+      }).pipe(Effect.scoped), { timeout: 180_000 })
+
+    it.effect("kill -9 of an owning node under load loses nothing acknowledged and duplicates nothing", () =>
+      survivesLoss((node) => Effect.sync(() => node.child.kill("SIGKILL"))).pipe(Effect.scoped), { timeout: 240_000 })
+
+    it.effect("SIGTERM hands the node's conversations over the same way and exits 0", () =>
+      Effect.gen(function*() {
+        let exit: number | null = -1
+        yield* survivesLoss((node) =>
+          Effect.promise(async () => {
+            node.child.kill("SIGTERM")
+            exit = await node.exited
+          }).pipe(Effect.fork, Effect.asVoid)
+        )
+        expect(exit).toBe(0)
+      }).pipe(Effect.scoped), { timeout: 240_000 })
+  })
+})
