@@ -1,0 +1,99 @@
+import { expect, layer } from "@effect/vitest"
+import { Effect } from "effect"
+import { ConversationEntity } from "../cluster/ConversationEntity.js"
+import { ActivityDraft } from "../src/domain/Activity.js"
+import { query } from "./support/TestDatabase.js"
+import { tenantApi, tenantWithConversation } from "./support/Fixtures.js"
+import { TestNodeLive } from "./support/TestNode.js"
+
+const draft = (text: string, key: string | null = null) =>
+  new ActivityDraft({
+    id: crypto.randomUUID(),
+    type: "message",
+    sender: "user",
+    text,
+    attachments: [],
+    metadata: {},
+    idempotency_key: key,
+    reply_to_id: null,
+    message_type: null,
+    payload: null,
+    source_channel_id: null
+  })
+
+const stored = (conversationId: string) =>
+  Effect.map(
+    query<{ seq: string; text: string }>("SELECT seq, text FROM activities WHERE conversation_id = $1 ORDER BY seq", [conversationId]),
+    (rows) => rows.map((r) => [Number(r.seq), r.text] as const)
+  )
+
+layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it) => {
+  it.effect("an append past its deadline is refused with 503 and stores nothing", () =>
+    Effect.gen(function*() {
+      const { conversationId, tenant } = yield* tenantWithConversation
+      const entity = yield* ConversationEntity.client
+      const error = yield* Effect.flip(
+        entity(conversationId).Append({ tenantId: tenant.id, draft: draft("late"), deadline: Date.now() - 1 })
+      )
+      expect(error._tag).toBe("Unavailable")
+      expect(yield* stored(conversationId)).toEqual([])
+    }))
+
+  it.effect("a re-sent draft (same id, as after a crash) returns the stored activity and adds nothing", () =>
+    Effect.gen(function*() {
+      const { conversationId, tenant } = yield* tenantWithConversation
+      const entity = yield* ConversationEntity.client
+      const message = draft("once")
+      const first = yield* entity(conversationId).Append({ tenantId: tenant.id, draft: message, deadline: Date.now() + 5000 })
+      // Forget the entity's memory of the head, as a new owner after a crash would have none.
+      yield* query("UPDATE conversations SET head_seq = head_seq WHERE id = $1", [conversationId])
+      const again = yield* entity(conversationId).Append({ tenantId: tenant.id, draft: message, deadline: Date.now() + 5000 })
+      expect(again.id).toBe(first.id)
+      expect(yield* stored(conversationId)).toEqual([[1, "once"]])
+    }))
+
+  it.effect("when another writer moved the head, the entity reloads and continues gap-free", () =>
+    Effect.gen(function*() {
+      const { conversationId, key, tenant } = yield* tenantWithConversation
+      const path = `/conversations/${conversationId}/activities`
+      yield* tenantApi(key, "POST", path, { text: "one" })
+      // A second owner for a moment: it wrote seq 2 behind this entity's back.
+      yield* query(
+        `INSERT INTO activities (conversation_id, seq, id, tenant_id, type, sender, text) VALUES ($1, 2, $2, $3, 'message', 'user', 'other')`,
+        [conversationId, crypto.randomUUID(), tenant.id]
+      )
+      yield* query("UPDATE conversations SET head_seq = 2 WHERE id = $1", [conversationId])
+      const third = yield* tenantApi(key, "POST", path, { text: "three" })
+      expect(third.status).toBe(201)
+      expect(third.body.data.seq).toBe(3)
+      expect(yield* stored(conversationId)).toEqual([[1, "one"], [2, "other"], [3, "three"]])
+    }))
+
+  it.effect("a conversation of another tenant is not found, whatever the entity has loaded", () =>
+    Effect.gen(function*() {
+      const { conversationId } = yield* tenantWithConversation
+      const entity = yield* ConversationEntity.client
+      const error = yield* Effect.flip(
+        entity(conversationId).Append({ tenantId: crypto.randomUUID(), draft: draft("x"), deadline: Date.now() + 5000 })
+      )
+      expect(error._tag).toBe("NotFound")
+      expect(yield* stored(conversationId)).toEqual([])
+    }))
+
+  it.effect("an append plans a delivery to the origin channel with the redacted activity", () =>
+    Effect.gen(function*() {
+      const { channel, conversationId, key } = yield* tenantWithConversation
+      const reply = yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, {
+        text: "hi",
+        metadata: { api_key: "secret-value", note: "kept" }
+      })
+      expect(reply.body.data.metadata).toEqual({ api_key: "secret-value", note: "kept" })
+      const deliveries = yield* query<{ channel_id: string; status: string; payload: { metadata: object } }>(
+        "SELECT channel_id, status, payload FROM deliveries WHERE activity_id = $1",
+        [reply.body.data.id]
+      )
+      expect(deliveries).toHaveLength(1)
+      expect(deliveries[0]).toMatchObject({ channel_id: channel.id, status: "pending" })
+      expect(deliveries[0]!.payload.metadata).toEqual({ api_key: "[REDACTED]", note: "kept" })
+    }))
+})
