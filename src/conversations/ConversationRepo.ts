@@ -125,7 +125,10 @@ export class ConversationRepo extends Effect.Service<ConversationRepo>()("parley
                   ${JSON.stringify(input.metadata)}::jsonb, ${input.status === "closed" ? sql`now()` : null})`
         yield* sql`INSERT INTO conversation_channels (conversation_id, channel_id, role) VALUES (${id}, ${input.channelId}, 'origin')`
         const row = yield* findRow({ tenantId: input.tenantId, id })
-        return toConversation(Option.getOrThrow(row), false)
+        return yield* Option.match(row, {
+          onNone: () => Effect.die("a conversation just inserted cannot be read back"),
+          onSome: (found) => Effect.succeed(toConversation(found, false))
+        })
       }).pipe(sql.withTransaction)
 
     const TargetRow = Schema.Struct({ conversation_id: Schema.String, sender: Schema.String })
