@@ -1,9 +1,11 @@
 import { SqlClient, SqlSchema } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Data, Deferred, Effect, Either, Queue, Schema } from "effect"
+import { Counter } from "prom-client"
 import { isUniqueViolation } from "../db/SqlErrors.js"
 import type { Activity, ActivityDraft } from "../domain/Activity.js"
 import { redactSensitive } from "../domain/Redaction.js"
+import { Metrics } from "../ops/Metrics.js"
 import { ACTIVITY_COLUMNS, ActivityFromRow } from "./ActivityRows.js"
 
 /** Another writer moved the conversation's head, or stored one of these ids or keys first. */
@@ -54,6 +56,12 @@ const json = (value: unknown) => (value === null ? null : JSON.stringify(value))
 export class ActivityStore extends Effect.Service<ActivityStore>()("parley/ActivityStore", {
   scoped: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
+    const metrics = yield* Metrics
+    const stored = new Counter({
+      name: "parley_activities_stored_total",
+      help: "Activities committed by this node",
+      registers: [metrics.registry]
+    })
     const queue = yield* Effect.acquireRelease(Queue.unbounded<Pending>(), Queue.shutdown)
 
     const writeGroups = (groups: ReadonlyArray<WriteGroup>) =>
@@ -116,6 +124,7 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
       )
 
     const settle = (batch: ReadonlyArray<Pending>, inserted: ReadonlyArray<Activity>) => {
+      stored.inc(inserted.length)
       const byId = new Map(inserted.map((a) => [a.id, a]))
       return Effect.forEach(batch, ({ done, group }) =>
         Deferred.succeed(done, group.activities.map((a) => byId.get(a.id)!)), { discard: true })

@@ -1,14 +1,20 @@
-import { Effect, Layer } from "effect"
+import { Sharding, ShardId } from "@effect/cluster"
+import { Effect, Layer, Runtime } from "effect"
 import { DatabasePool } from "../db/Database.js"
 import { Lifecycle } from "./Lifecycle.js"
 import { Metrics } from "./Metrics.js"
 
-/** Database pool figures and drain state, read at every scrape. */
+/** Shards of the default group (the cluster's `shardsPerGroup` default, which Parley keeps). */
+const SHARDS = 300
+
+/** Database pool figures, drain state and this node's share of the cluster, read at every scrape. */
 export const NodeMetricsLive = Layer.effectDiscard(
   Effect.gen(function*() {
     const metrics = yield* Metrics
     const { pool } = yield* DatabasePool
     const lifecycle = yield* Lifecycle
+    const sharding = yield* Sharding.Sharding
+    const runtime = yield* Effect.runtime<never>()
     let draining = false
     yield* Effect.forkDaemon(lifecycle.awaitDrain.pipe(Effect.tap(() => Effect.sync(() => (draining = true)))))
     metrics.gauge("parley_db_pool_connections", "Open connections of the database pool", () => pool.totalCount)
@@ -20,5 +26,15 @@ export const NodeMetricsLive = Layer.effectDiscard(
       () => pool.averageWaitMs(5000) / 1000
     )
     metrics.gauge("parley_draining", "1 while the node drains", () => (draining ? 1 : 0))
+    metrics.gauge("parley_cluster_shards_owned", "Shards this node owns", () => {
+      let owned = 0
+      for (let shard = 1; shard <= SHARDS; shard++) if (sharding.hasShardId(ShardId.make("default", shard))) owned++
+      return owned
+    })
+    metrics.gauge(
+      "parley_cluster_entities_active",
+      "Entities running on this node",
+      () => Runtime.runSync(runtime)(sharding.activeEntityCount)
+    )
   })
 )
