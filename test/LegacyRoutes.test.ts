@@ -1,6 +1,7 @@
 import { describe, expect, layer } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, HashMap, Logger, LogLevel } from "effect"
 import { TokenSigner } from "../src/auth/TokenSigner.js"
+import { markDeprecated } from "../src/http/ApiKeyAuth.js"
 import { insertChannel, insertConversation, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { query } from "./support/TestDatabase.js"
 import { admin, createTenant, type Reply, request, TestNodeLive } from "./support/TestNode.js"
@@ -264,6 +265,19 @@ layer(
       yield* post("/tokens", {})
       const metrics = yield* request("GET", "/metrics")
       expect(metrics.body).toContain('parley_http_requests_total{route="/api/v1/tokens",method="POST",status="400"}')
+    }))
+
+  it.effect("markDeprecated logs one warning naming the surface (the routes' headers show they call it)", () =>
+    Effect.gen(function*() {
+      const lines: Array<unknown> = []
+      const capture = Logger.make(({ annotations, logLevel, message }) => {
+        lines.push({ level: logLevel.label, message, annotations: Object.fromEntries(HashMap.toEntries(annotations)) })
+      })
+      yield* markDeprecated("POST /api/v1/tokens").pipe(
+        Logger.withMinimumLogLevel(LogLevel.All),
+        Effect.provide(Logger.replace(Logger.defaultLogger, capture))
+      )
+      expect(lines).toEqual([{ level: "WARN", message: ["deprecated API used"], annotations: { surface: "POST /api/v1/tokens" } }])
     }))
 
   describe("x-channel-token on the tenant API (K, T routes)", () => {

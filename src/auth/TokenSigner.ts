@@ -49,30 +49,31 @@ export class TokenSigner extends Effect.Service<TokenSigner>()("parley/TokenSign
     const key = new TextEncoder().encode(Redacted.value(yield* loadKey))
 
     /** A token for `grant`, valid `ttlSeconds` from now, with `sub` = `user_id` and a fresh `jti`. */
-    const sign = (grant: ClientTokenGrant, ttlSeconds: number) =>
-      Effect.suspend(() => {
-        const iat = Math.floor(Date.now() / 1000)
-        const claims: ClientTokenClaims = { ...grant, sub: grant.user_id, jti: crypto.randomUUID(), iat, exp: iat + ttlSeconds }
-        return Effect.tryPromise(() => new SignJWT({ ...claims }).setProtectedHeader({ alg: ALGORITHM, typ: "JWT" }).sign(key))
-      }).pipe(
+    const sign = Effect.fn("TokenSigner.sign")(function*(grant: ClientTokenGrant, ttlSeconds: number) {
+      const iat = Math.floor(Date.now() / 1000)
+      const claims: ClientTokenClaims = { ...grant, sub: grant.user_id, jti: crypto.randomUUID(), iat, exp: iat + ttlSeconds }
+      return yield* Effect.tryPromise(() =>
+        new SignJWT({ ...claims }).setProtectedHeader({ alg: ALGORITHM, typ: "JWT" }).sign(key)
+      ).pipe(
         // HMAC over claims we built, with a key we hold, cannot fail: a rejection is a bug.
-        Effect.orDie,
-        Effect.withSpan("TokenSigner.sign")
+        Effect.orDie
       )
+    })
 
     /** The claims of a token signed with our key: 401 `token_expired` past `exp`, else 401 `unauthorized`. */
-    const verify = (token: string) =>
-      Effect.tryPromise({
+    const verify = Effect.fn("TokenSigner.verify")(function*(token: string) {
+      const { payload } = yield* Effect.tryPromise({
         try: () => jwtVerify(token, key, { algorithms: [ALGORITHM] }),
+        // jose checks `exp` only after the signature, so a forged expired token is not "expired".
         catch: (cause) =>
           cause instanceof errors.JWTExpired
             ? new TokenExpired({ message: "the token has expired" })
             : new Unauthorized({ message: "invalid token" })
-      }).pipe(
-        Effect.flatMap(({ payload }) => decodeClaims(payload)),
-        Effect.catchTag("ParseError", () => Effect.fail(new Unauthorized({ message: "invalid token" }))),
-        Effect.withSpan("TokenSigner.verify")
+      })
+      return yield* decodeClaims(payload).pipe(
+        Effect.catchTag("ParseError", () => Effect.fail(new Unauthorized({ message: "invalid token" })))
       )
+    })
 
     return { sign, verify } as const
   })
