@@ -26,7 +26,7 @@ const CreateConversationRequest = Schema.Struct({
   metadata: Schema.optionalWith(Schema.Record({ key: Schema.String, value: Schema.Unknown }), { default: () => ({}) })
 })
 
-/** The JSON body decoded by `schema`; an empty body reads as `{}`, since every field may be optional. */
+/** The JSON body decoded by `schema`; an empty body reads as `{}`, so a bodiless create takes the defaults. */
 const jsonBody = <A, I>(schema: Schema.Schema<A, I>) =>
   HttpServerRequest.HttpServerRequest.pipe(
     Effect.flatMap((request) => request.text),
