@@ -1,6 +1,7 @@
 import { SqlClient, SqlSchema } from "@effect/sql"
-import { Effect, Schema } from "effect"
+import { Effect, Option, Schema } from "effect"
 import { orUnavailable } from "../db/SqlFailure.js"
+import { ChannelInactive, Unauthorized } from "../domain/ApiError.js"
 import { hashCredential } from "./Credential.js"
 
 /** The channel a channel secret belongs to, with the states that decide whether it may be used. */
@@ -23,6 +24,21 @@ export class ChannelTokens extends Effect.Service<ChannelTokens>()("parley/Chann
         sql`SELECT c.id, c.tenant_id, c.status, t.status AS tenant_status
             FROM channels c JOIN tenants t ON t.id = c.tenant_id WHERE c.secret_hash = ${hash}`
     })
-    return { findBySecret: (secret: string) => find(hashCredential(secret)).pipe(orUnavailable) } as const
+
+    /**
+     * The channel of a secret, usable only while its tenant is active (401 otherwise, like an
+     * unknown secret); a disabled channel is 400 `channel_inactive`.
+     */
+    const authenticate = (secret: string) =>
+      Effect.gen(function*() {
+        const channel = yield* find(hashCredential(secret)).pipe(orUnavailable)
+        if (Option.isNone(channel) || channel.value.tenant_status !== "active") {
+          return yield* new Unauthorized({ message: "invalid channel token" })
+        }
+        if (channel.value.status !== "active") return yield* new ChannelInactive({ message: "the channel is inactive" })
+        return channel.value
+      })
+
+    return { authenticate } as const
   })
 }) {}

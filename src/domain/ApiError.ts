@@ -42,6 +42,14 @@ export class Unauthorized extends Schema.TaggedError<Unauthorized>()("Unauthoriz
   readonly wireDetails = null
 }
 
+/** A client token whose `exp` has passed; any other bad token is `Unauthorized`. */
+export class TokenExpired extends Schema.TaggedError<TokenExpired>()("TokenExpired", {
+  message: Schema.String
+}, HttpApiSchema.annotations({ status: 401 })) implements WireError {
+  readonly code = "token_expired"
+  readonly wireDetails = null
+}
+
 export class Forbidden extends Schema.TaggedError<Forbidden>()("Forbidden", {
   message: Schema.String
 }, HttpApiSchema.annotations({ status: 403 })) implements WireError {

@@ -92,23 +92,16 @@ export const markDeprecated = (surface: string) =>
     )
   ).pipe(Effect.zipRight(Effect.logWarning("deprecated API used").pipe(Effect.annotateLogs("surface", surface))))
 
-/**
- * Authenticates a deprecated channel token (the channel secret). It keeps every scope, but only
- * for its own channel; a disabled channel is 400 `channel_inactive`.
- */
+/** Authenticates a deprecated channel token (the channel secret): every scope, but only for its own channel. */
 export const authenticateChannelToken = (tokens: ChannelTokens, token: string) =>
   Effect.gen(function*() {
-    const channel = yield* tokens.findBySecret(token)
-    if (Option.isNone(channel) || channel.value.tenant_status !== "active") {
-      return yield* new Unauthorized({ message: "invalid channel token" })
-    }
-    if (channel.value.status !== "active") return yield* new ChannelInactive({ message: "the channel is inactive" })
+    const channel = yield* tokens.authenticate(token)
     yield* markDeprecated("x-channel-token")
     return {
-      tenantId: channel.value.tenant_id,
+      tenantId: channel.tenant_id,
       scopes: allScopes,
-      channelId: channel.value.id,
-      actor: { type: "tenant_api", id: channel.value.id }
+      channelId: channel.id,
+      actor: { type: "tenant_api", id: channel.id }
     } satisfies TenantCredential
   })
 

@@ -6,6 +6,7 @@ import { Channels } from "../channels/Channels.js"
 import { PublishableKeys } from "../channels/PublishableKeys.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { ChannelTokens } from "../auth/ChannelTokens.js"
+import { TokenSigner } from "../auth/TokenSigner.js"
 import { Conversations } from "../conversations/Conversations.js"
 import { AddressGuard } from "../delivery/AddressGuard.js"
 import { Lifecycle } from "../ops/Lifecycle.js"
@@ -24,6 +25,7 @@ import { PublishableKeysHandlers } from "./PublishableKeysHandlers.js"
 import { SettingsHandlers } from "./SettingsHandlers.js"
 import { UsersHandlers } from "./UsersHandlers.js"
 import { EdgeMiddleware } from "./EdgeMiddleware.js"
+import { LegacyRoutes, legacyRoutes } from "./LegacyRoutes.js"
 import { ParleyApi } from "./ParleyApi.js"
 import { RouteTableLive, routesOf } from "./RouteTable.js"
 
@@ -60,10 +62,11 @@ const DrainLive = Layer.scopedDiscard(
 )
 
 /** Every route of the node behind the edge middleware. */
-export const AppRoutes = Layer.mergeAll(ApiRoutes, OpsRoutes, EdgeMiddleware, DrainLive).pipe(
+export const AppRoutes = Layer.mergeAll(ApiRoutes, LegacyRoutes, OpsRoutes, EdgeMiddleware, DrainLive).pipe(
   Layer.provide(RouteTableLive([
     ...routesOf(ParleyApi),
     { method: "GET", path: "/api/v1/openapi.json" },
+    ...legacyRoutes,
     ...opsRoutes
   ]))
 )
@@ -77,7 +80,8 @@ export const RouteServices = Layer.mergeAll(
   ChannelTokens.Default,
   PortalUsers.Default,
   Channels.Default,
-  PublishableKeys.Default
+  PublishableKeys.Default,
+  TokenSigner.Default
 ).pipe(
   Layer.provideMerge(AddressGuard.Default)
 )

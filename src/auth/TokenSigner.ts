@@ -1,0 +1,80 @@
+import { SqlClient, SqlSchema } from "@effect/sql"
+import { Effect, Option, Redacted, Schema } from "effect"
+import { errors, jwtVerify, SignJWT } from "jose"
+import { randomBytes } from "node:crypto"
+import { AppConfig } from "../config/AppConfig.js"
+import { TokenExpired, Unauthorized } from "../domain/ApiError.js"
+import { ClientTokenClaims, type ClientTokenGrant } from "../domain/ClientToken.js"
+
+/** Where the generated key is kept in `installation_secrets`. */
+export const SIGNING_KEY_NAME = "token_signing_key"
+
+/**
+ * HMAC-SHA256: every node both signs and verifies with one shared secret, so an asymmetric
+ * algorithm would buy nothing; verification accepts this algorithm only.
+ */
+const ALGORITHM = "HS256"
+
+const decodeClaims = Schema.decodeUnknown(ClientTokenClaims)
+
+/**
+ * The key text: `TOKEN_SIGNING_KEY` when set, else the generated one in the database. Nodes that
+ * start together may all generate one: the first insert wins and everyone reads the winner back.
+ */
+const loadKey = Effect.gen(function*() {
+  const config = yield* AppConfig
+  if (Option.isSome(config.tokenSigningKey)) return config.tokenSigningKey.value
+  const sql = yield* SqlClient.SqlClient
+  const generated = randomBytes(32).toString("base64url")
+  yield* sql`INSERT INTO installation_secrets (name, value) VALUES (${SIGNING_KEY_NAME}, ${generated})
+             ON CONFLICT (name) DO NOTHING`
+  const stored = yield* SqlSchema.single({
+    Request: Schema.String,
+    Result: Schema.Struct({ value: Schema.String }),
+    execute: (name) => sql`SELECT value FROM installation_secrets WHERE name = ${name}`
+  })(SIGNING_KEY_NAME).pipe(
+    // The row was just inserted or already there: a missing or malformed one is a bug.
+    Effect.catchTags({ ParseError: Effect.die, NoSuchElementException: Effect.die })
+  )
+  return Redacted.make(stored.value)
+})
+
+/**
+ * Signs and verifies client tokens (JWT, HS256). The key is read once when the node starts; both
+ * key sources are used as their UTF-8 bytes, so an operator can move the generated key into
+ * `TOKEN_SIGNING_KEY` unchanged. Tokens are never logged.
+ */
+export class TokenSigner extends Effect.Service<TokenSigner>()("parley/TokenSigner", {
+  effect: Effect.gen(function*() {
+    const key = new TextEncoder().encode(Redacted.value(yield* loadKey))
+
+    /** A token for `grant`, valid `ttlSeconds` from now, with `sub` = `user_id` and a fresh `jti`. */
+    const sign = Effect.fn("TokenSigner.sign")(function*(grant: ClientTokenGrant, ttlSeconds: number) {
+      const iat = Math.floor(Date.now() / 1000)
+      const claims: ClientTokenClaims = { ...grant, sub: grant.user_id, jti: crypto.randomUUID(), iat, exp: iat + ttlSeconds }
+      return yield* Effect.tryPromise(() =>
+        new SignJWT({ ...claims }).setProtectedHeader({ alg: ALGORITHM, typ: "JWT" }).sign(key)
+      ).pipe(
+        // HMAC over claims we built, with a key we hold, cannot fail: a rejection is a bug.
+        Effect.orDie
+      )
+    })
+
+    /** The claims of a token signed with our key: 401 `token_expired` past `exp`, else 401 `unauthorized`. */
+    const verify = Effect.fn("TokenSigner.verify")(function*(token: string) {
+      const { payload } = yield* Effect.tryPromise({
+        try: () => jwtVerify(token, key, { algorithms: [ALGORITHM] }),
+        // jose checks `exp` only after the signature, so a forged expired token is not "expired".
+        catch: (cause) =>
+          cause instanceof errors.JWTExpired
+            ? new TokenExpired({ message: "the token has expired" })
+            : new Unauthorized({ message: "invalid token" })
+      })
+      return yield* decodeClaims(payload).pipe(
+        Effect.catchTag("ParseError", () => Effect.fail(new Unauthorized({ message: "invalid token" })))
+      )
+    })
+
+    return { sign, verify } as const
+  })
+}) {}

@@ -1,0 +1,104 @@
+import { HttpLayerRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { Effect, Schema } from "effect"
+import { ChannelTokens } from "../auth/ChannelTokens.js"
+import { TokenSigner } from "../auth/TokenSigner.js"
+import { AppConfig } from "../config/AppConfig.js"
+import { Conversations } from "../conversations/Conversations.js"
+import { BadRequest, Forbidden, Unauthorized } from "../domain/ApiError.js"
+import { RateLimiter } from "../ratelimit/RateLimiter.js"
+import { markDeprecated } from "./ApiKeyAuth.js"
+import { clientAddress } from "./ClientAddress.js"
+import type { RouteSpec } from "./RouteTable.js"
+
+/** The deprecated routes that take only `x-channel-token`, for the route table. */
+export const legacyRoutes: ReadonlyArray<RouteSpec> = [
+  { method: "POST", path: "/api/v1/tokens" },
+  { method: "POST", path: "/api/v1/conversations" }
+]
+
+const TokenRequest = Schema.Struct({
+  conversation_id: Schema.UUID,
+  user_id: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(256))
+})
+
+const CreateConversationRequest = Schema.Struct({
+  status: Schema.optionalWith(Schema.Literal("active", "closed"), { default: () => "active" as const }),
+  metadata: Schema.optionalWith(Schema.Record({ key: Schema.String, value: Schema.Unknown }), { default: () => ({}) })
+})
+
+/** The JSON body decoded by `schema`; an empty body reads as `{}`, so a bodiless create takes the defaults. */
+const jsonBody = <A, I>(schema: Schema.Schema<A, I>) =>
+  HttpServerRequest.HttpServerRequest.pipe(
+    Effect.flatMap((request) => request.text),
+    Effect.flatMap((text) => Schema.decodeUnknown(Schema.parseJson(schema))(text.trim() === "" ? "{}" : text))
+  )
+
+/** The channel secret of the request; without one, 400 `bad_request`. */
+const channelSecret = Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
+  const secret = request.headers["x-channel-token"]
+  return secret === undefined || secret === ""
+    ? Effect.fail(new BadRequest({ message: "missing x-channel-token" }))
+    : Effect.succeed(secret)
+})
+
+/**
+ * `POST /api/v1/tokens` and `POST /api/v1/conversations` (server-apis.md, deprecated). Raw routes,
+ * not HttpApi endpoints: their error mapping (400 for a missing header, 401 for any bad
+ * `/conversations` body, JSON syntax included) is not what HttpApi decoding answers; so they are
+ * not in the OpenAPI document.
+ */
+export const LegacyRoutes = HttpLayerRouter.addAll(Effect.gen(function*() {
+  const config = yield* AppConfig
+  const tokens = yield* ChannelTokens
+  const conversations = yield* Conversations
+  const limiter = yield* RateLimiter
+  const signer = yield* TokenSigner
+
+  /** A conversation-bound token for the legacy socket; the conversation must be on the token's channel. */
+  const createToken = Effect.gen(function*() {
+    yield* markDeprecated("POST /api/v1/tokens")
+    const secret = yield* channelSecret
+    const request = yield* HttpServerRequest.HttpServerRequest
+    // Counted before the secret is looked up, so guessing secrets is limited too.
+    yield* limiter.consume("token_create", clientAddress(request, config.trustedProxies), null)
+    const channel = yield* tokens.authenticate(secret)
+    const body = yield* jsonBody(TokenRequest).pipe(
+      Effect.catchTag("ParseError", () =>
+        Effect.fail(new BadRequest({ message: "conversation_id (a UUID) and user_id (1 to 256 characters) are required" })))
+    )
+    const conversation = yield* conversations.get(channel.tenant_id, body.conversation_id, { channels: false })
+    if (conversation.channel_id !== channel.id) {
+      return yield* new Forbidden({ message: "the conversation belongs to another channel" })
+    }
+    const token = yield* signer.sign({
+      user_id: body.user_id,
+      conversation_id: conversation.id,
+      tid: channel.tenant_id,
+      cid: channel.id,
+      fam: crypto.randomUUID()
+    }, config.legacyTokenTtlSeconds)
+    return HttpServerResponse.unsafeJson({ token, expires_in: config.legacyTokenTtlSeconds }, { status: 201 })
+  })
+
+  /** A conversation on the token's channel (its origin); any bad body is 401, as the spec maps it. */
+  const createConversation = Effect.gen(function*() {
+    yield* markDeprecated("POST /api/v1/conversations")
+    const channel = yield* tokens.authenticate(yield* channelSecret)
+    const body = yield* jsonBody(CreateConversationRequest).pipe(
+      Effect.catchTag("ParseError", () =>
+        Effect.fail(new Unauthorized({ message: "invalid body: status must be active or closed, metadata an object" })))
+    )
+    const data = yield* conversations.create({
+      tenantId: channel.tenant_id,
+      channelId: channel.id,
+      status: body.status,
+      metadata: body.metadata
+    })
+    return HttpServerResponse.unsafeJson({ data }, { status: 201 })
+  })
+
+  return [
+    HttpLayerRouter.route("POST", "/api/v1/tokens", createToken),
+    HttpLayerRouter.route("POST", "/api/v1/conversations", createConversation)
+  ]
+}))

@@ -1,0 +1,312 @@
+import { describe, expect, layer } from "@effect/vitest"
+import { Effect, HashMap, Logger, LogLevel } from "effect"
+import { TokenSigner } from "../src/auth/TokenSigner.js"
+import { markDeprecated } from "../src/http/ApiKeyAuth.js"
+import { insertChannel, insertConversation, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
+import { query } from "./support/TestDatabase.js"
+import { admin, createTenant, type Reply, request, TestNodeLive } from "./support/TestNode.js"
+import { TestSigner } from "./support/TestSigner.js"
+
+/** A client address of its own per test: `token_create` counts per address (the node trusts 127.0.0.1). */
+const randomIp = () => `10.${Math.floor(Math.random() * 256)}.${Math.floor(Math.random() * 256)}.${Math.floor(Math.random() * 256)}`
+
+const post = (
+  path: "/tokens" | "/conversations",
+  options: { readonly secret?: string; readonly body?: unknown; readonly raw?: string; readonly ip?: string; readonly headers?: Record<string, string> }
+) =>
+  request("POST", `/api/v1${path}`, {
+    ...(options.body === undefined ? {} : { body: options.body }),
+    ...(options.raw === undefined ? {} : { raw: options.raw }),
+    headers: {
+      "x-forwarded-for": options.ip ?? randomIp(),
+      ...(options.secret === undefined ? {} : { "x-channel-token": options.secret }),
+      ...options.headers
+    }
+  })
+
+const expectError = (reply: Reply, status: number, code: string) => {
+  expect({ status: reply.status, code: reply.body?.error?.code }).toEqual({ status, code })
+  expect(reply.body.error).toMatchObject({ message: expect.any(String), request_id: expect.any(String) })
+}
+
+const expectDeprecated = (reply: Reply) => {
+  expect(reply.headers.get("deprecation")).toMatch(/^@\d+$/)
+  expect(reply.headers.get("link")).toMatch(/rel="deprecation"/)
+}
+
+const conversationCount = (tenantId: string) =>
+  Effect.map(query<{ n: string }>("SELECT count(*) AS n FROM conversations WHERE tenant_id = $1", [tenantId]), (rows) =>
+    Number(rows[0]!.n))
+
+const deactivateChannel = (id: string) => query("UPDATE channels SET status = 'inactive' WHERE id = $1", [id])
+const deactivateTenant = (id: string) =>
+  Effect.tap(admin("PATCH", `/tenants/${id}`, { tenant: { status: "inactive" } }), (reply) => expect(reply.status).toBe(200))
+
+/** Verifies with a signer of its own, as another node would. */
+const verify = (token: string) => Effect.flatMap(TokenSigner, (signer) => signer.verify(token)).pipe(Effect.provide(TestSigner()))
+
+layer(
+  TestNodeLive({
+    TRUSTED_PROXIES: "127.0.0.1/32",
+    RATE_LIMITS: JSON.stringify({ token_create: { limit: 2, scale_ms: 60000 } })
+  }),
+  { excludeTestServices: true }
+)("deprecated channel-token routes", (it) => {
+  describe("POST /api/v1/tokens", () => {
+    it.effect("201 with a conversation-bound JWT for the legacy socket, valid 3600 s, marked deprecated", () =>
+      Effect.gen(function*() {
+        const { channel, conversationId, tenant } = yield* tenantWithConversation
+        const reply = yield* post("/tokens", { secret: channel.secret, body: { conversation_id: conversationId, user_id: "user-1" } })
+        expect(reply.status).toBe(201)
+        expect(reply.body).toEqual({ token: expect.any(String), expires_in: 3600 })
+        expectDeprecated(reply)
+        const claims = yield* verify(reply.body.token)
+        expect(claims).toEqual({
+          sub: "user-1",
+          user_id: "user-1",
+          conversation_id: conversationId,
+          tid: tenant.id,
+          cid: channel.id,
+          fam: expect.stringMatching(/^[0-9a-f-]{36}$/),
+          jti: expect.stringMatching(/^[0-9a-f-]{36}$/),
+          iat: expect.any(Number),
+          exp: claims.iat + 3600
+        })
+        const again = yield* post("/tokens", { secret: channel.secret, body: { conversation_id: conversationId, user_id: "user-1" } })
+        const second = yield* verify(again.body.token)
+        expect(second.jti).not.toBe(claims.jti)
+        expect(second.fam).not.toBe(claims.fam)
+      }))
+
+    it.effect("user_id up to 256 characters; the token is refused as x-channel-token (401)", () =>
+      Effect.gen(function*() {
+        const { channel, conversationId } = yield* tenantWithConversation
+        const userId = "u".repeat(256)
+        const reply = yield* post("/tokens", { secret: channel.secret, body: { conversation_id: conversationId, user_id: userId } })
+        expect(reply.status).toBe(201)
+        expect((yield* verify(reply.body.token)).sub).toBe(userId)
+        const asChannelToken = yield* request("GET", `/api/v1/conversations/${conversationId}`, {
+          headers: { "x-channel-token": reply.body.token }
+        })
+        expectError(asChannelToken, 401, "unauthorized")
+      }))
+
+    it.effect("a missing x-channel-token is 400 bad_request, still marked deprecated", () =>
+      Effect.gen(function*() {
+        const { conversationId, key } = yield* tenantWithConversation
+        const body = { conversation_id: conversationId, user_id: "u" }
+        for (const headers of [{}, { "x-channel-token": "" }, { "x-api-key": key }]) {
+          const reply = yield* post("/tokens", { body, headers })
+          expectError(reply, 400, "bad_request")
+          expectDeprecated(reply)
+        }
+      }))
+
+    it.effect("an unknown secret, or one of an inactive tenant, is 401; an inactive channel 400 channel_inactive", () =>
+      Effect.gen(function*() {
+        const { channel, conversationId, tenant } = yield* tenantWithConversation
+        const body = { conversation_id: conversationId, user_id: "u" }
+        expectError(yield* post("/tokens", { secret: "cs_unknown", body }), 401, "unauthorized")
+        const other = yield* tenantWithConversation
+        yield* deactivateChannel(other.channel.id)
+        const inactiveChannel = yield* post("/tokens", { secret: other.channel.secret, body: { ...body, conversation_id: other.conversationId } })
+        expectError(inactiveChannel, 400, "channel_inactive")
+        expectDeprecated(inactiveChannel)
+        yield* deactivateTenant(tenant.id)
+        expectError(yield* post("/tokens", { secret: channel.secret, body }), 401, "unauthorized")
+      }))
+
+    it.effect("a missing or malformed field is 400 bad_request", () =>
+      Effect.gen(function*() {
+        const { channel, conversationId } = yield* tenantWithConversation
+        const bodies: Array<{ readonly body?: unknown; readonly raw?: string }> = [
+          { raw: "" },
+          { body: {} },
+          { body: { conversation_id: conversationId } },
+          { body: { user_id: "u" } },
+          { body: { conversation_id: "not-a-uuid", user_id: "u" } },
+          { body: { conversation_id: conversationId, user_id: "" } },
+          { body: { conversation_id: conversationId, user_id: "u".repeat(257) } },
+          { body: { conversation_id: conversationId, user_id: 42 } },
+          { body: [conversationId, "u"] },
+          { raw: "{not json" }
+        ]
+        for (const body of bodies) {
+          expectError(yield* post("/tokens", { secret: channel.secret, ...body }), 400, "bad_request")
+        }
+      }))
+
+    it.effect("an unknown or foreign conversation is 404; one on another channel of the tenant 403", () =>
+      Effect.gen(function*() {
+        const { channel, tenant } = yield* tenantWithConversation
+        const foreign = yield* tenantWithConversation
+        const sibling = yield* insertChannel(tenant.id)
+        const siblingConversation = yield* insertConversation(tenant.id, sibling.id)
+        const ask = (conversationId: string) =>
+          post("/tokens", { secret: channel.secret, body: { conversation_id: conversationId, user_id: "u" } })
+        expectError(yield* ask(crypto.randomUUID()), 404, "not_found")
+        expectError(yield* ask(foreign.conversationId), 404, "not_found")
+        expectError(yield* ask(siblingConversation), 403, "forbidden")
+      }))
+
+    it.effect("token_create counts per client address: 429 rate_limited with retry-after past the limit", () =>
+      Effect.gen(function*() {
+        const { channel, conversationId } = yield* tenantWithConversation
+        const ip = randomIp()
+        const body = { conversation_id: conversationId, user_id: "u" }
+        expect((yield* post("/tokens", { secret: channel.secret, body, ip })).status).toBe(201)
+        // Failed attempts count too, so secrets cannot be guessed faster than the limit.
+        expectError(yield* post("/tokens", { secret: "cs_guess", body, ip }), 401, "unauthorized")
+        const refused = yield* post("/tokens", { secret: channel.secret, body, ip })
+        expectError(refused, 429, "rate_limited")
+        expect(Number(refused.headers.get("retry-after"))).toBeGreaterThan(0)
+        expectDeprecated(refused)
+        expect((yield* post("/tokens", { secret: channel.secret, body, ip: randomIp() })).status).toBe(201)
+      }))
+  })
+
+  describe("POST /api/v1/conversations", () => {
+    it.effect("201 creates an active conversation on the token's channel, participant null, marked deprecated", () =>
+      Effect.gen(function*() {
+        const { channel, key, tenant } = yield* tenantWithConversation
+        const reply = yield* post("/conversations", { secret: channel.secret, body: { metadata: { topic: "billing" } } })
+        expect(reply.status).toBe(201)
+        expectDeprecated(reply)
+        expect(reply.body.data).toEqual({
+          id: expect.stringMatching(/^[0-9a-f-]{36}$/),
+          status: "active",
+          metadata: { topic: "billing" },
+          channel_id: channel.id,
+          origin_channel_id: channel.id,
+          tenant_id: tenant.id,
+          participant_id: null,
+          participant: null,
+          inserted_at: expect.any(String),
+          updated_at: expect.any(String)
+        })
+        const fetched = yield* tenantApi(key, "GET", `/conversations/${reply.body.data.id}`)
+        expect(fetched.body.data.channels).toEqual([
+          { channel_id: channel.id, role: "origin", participant_id: null, inserted_at: expect.any(String) }
+        ])
+      }))
+
+    it.effect("status closed is stored closed; no body at all means active with empty metadata", () =>
+      Effect.gen(function*() {
+        const { channel } = yield* tenantWithConversation
+        const closed = yield* post("/conversations", { secret: channel.secret, body: { status: "closed" } })
+        expect(closed.status).toBe(201)
+        expect(closed.body.data).toMatchObject({ status: "closed", metadata: {} })
+        const rows = yield* query<{ status: string; closed_at: Date | null }>(
+          "SELECT status, closed_at FROM conversations WHERE id = $1",
+          [closed.body.data.id]
+        )
+        expect(rows).toEqual([{ status: "closed", closed_at: expect.any(Date) }])
+        const bare = yield* post("/conversations", { secret: channel.secret })
+        expect(bare.status).toBe(201)
+        expect(bare.body.data).toMatchObject({ status: "active", metadata: {} })
+      }))
+
+    it.effect("a missing header is 400, an inactive channel 400 channel_inactive, a bad token or inactive tenant 401; nothing stored", () =>
+      Effect.gen(function*() {
+        const { channel, key, tenant } = yield* tenantWithConversation
+        const before = yield* conversationCount(tenant.id)
+        for (const headers of [{}, { "x-channel-token": "" }, { "x-api-key": key }]) {
+          const reply = yield* post("/conversations", { body: {}, headers })
+          expectError(reply, 400, "bad_request")
+          expectDeprecated(reply)
+        }
+        expectError(yield* post("/conversations", { secret: "cs_unknown", body: {} }), 401, "unauthorized")
+        const sibling = yield* insertChannel(tenant.id)
+        yield* deactivateChannel(sibling.id)
+        expectError(yield* post("/conversations", { secret: sibling.secret, body: {} }), 400, "channel_inactive")
+        yield* deactivateTenant(tenant.id)
+        expectError(yield* post("/conversations", { secret: channel.secret, body: {} }), 401, "unauthorized")
+        expect(yield* conversationCount(tenant.id)).toBe(before)
+      }))
+
+    it.effect("an invalid body is 401 unauthorized and stores nothing", () =>
+      Effect.gen(function*() {
+        const { channel, tenant } = yield* tenantWithConversation
+        const before = yield* conversationCount(tenant.id)
+        const bodies: Array<{ readonly body?: unknown; readonly raw?: string }> = [
+          { body: { status: "open" } },
+          { body: { status: null } },
+          { body: { metadata: [1] } },
+          { body: { metadata: "x" } },
+          { body: { metadata: null } },
+          { body: ["active"] },
+          { raw: "{not json" }
+        ]
+        for (const body of bodies) {
+          const reply = yield* post("/conversations", { secret: channel.secret, ...body })
+          expectError(reply, 401, "unauthorized")
+          expectDeprecated(reply)
+        }
+        expect(yield* conversationCount(tenant.id)).toBe(before)
+      }))
+
+    it.effect("GET /api/v1/conversations on the same path still lists with x-api-key", () =>
+      Effect.gen(function*() {
+        const { channel, conversationId, key } = yield* tenantWithConversation
+        const created = yield* post("/conversations", { secret: channel.secret, body: {} })
+        const list = yield* tenantApi(key, "GET", "/conversations")
+        expect(list.status).toBe(200)
+        expect(list.body.data.map((c: { id: string }) => c.id).sort()).toEqual([conversationId, created.body.data.id].sort())
+        expect(list.headers.get("deprecation")).toBeNull()
+      }))
+  })
+
+  it.effect("the route table knows the raw routes: 405 for other methods, their template in metrics", () =>
+    Effect.gen(function*() {
+      const wrongMethod = yield* request("GET", "/api/v1/tokens")
+      expectError(wrongMethod, 405, "method_not_allowed")
+      expect(wrongMethod.headers.get("allow")).toBe("POST")
+      expect((yield* request("DELETE", "/api/v1/conversations")).headers.get("allow")).toBe("GET, POST")
+      yield* post("/tokens", {})
+      const metrics = yield* request("GET", "/metrics")
+      expect(metrics.body).toContain('parley_http_requests_total{route="/api/v1/tokens",method="POST",status="400"}')
+    }))
+
+  it.effect("markDeprecated logs one warning naming the surface (the routes' headers show they call it)", () =>
+    Effect.gen(function*() {
+      const lines: Array<unknown> = []
+      const capture = Logger.make(({ annotations, logLevel, message }) => {
+        lines.push({ level: logLevel.label, message, annotations: Object.fromEntries(HashMap.toEntries(annotations)) })
+      })
+      yield* markDeprecated("POST /api/v1/tokens").pipe(
+        Logger.withMinimumLogLevel(LogLevel.All),
+        Effect.provide(Logger.replace(Logger.defaultLogger, capture))
+      )
+      expect(lines).toEqual([{ level: "WARN", message: ["deprecated API used"], annotations: { surface: "POST /api/v1/tokens" } }])
+    }))
+
+  describe("x-channel-token on the tenant API (K, T routes)", () => {
+    it.effect("GET /conversations/:id answers its own channel's conversation, marked deprecated; another channel's is 404", () =>
+      Effect.gen(function*() {
+        const { channel, conversationId, tenant } = yield* tenantWithConversation
+        const sibling = yield* insertChannel(tenant.id)
+        const siblingConversation = yield* insertConversation(tenant.id, sibling.id)
+        const get = (id: string) => request("GET", `/api/v1/conversations/${id}`, { headers: { "x-channel-token": channel.secret } })
+        const own = yield* get(conversationId)
+        expect(own.status).toBe(200)
+        expect(own.body.data).toMatchObject({ id: conversationId, channel_id: channel.id })
+        expectDeprecated(own)
+        expectError(yield* get(siblingConversation), 404, "not_found")
+      }))
+
+    it.effect("GET /conversations (K only) refuses a channel token with 403", () =>
+      Effect.gen(function*() {
+        const { channel } = yield* tenantWithConversation
+        const reply = yield* request("GET", "/api/v1/conversations", { headers: { "x-channel-token": channel.secret } })
+        expectError(reply, 403, "forbidden")
+      }))
+
+    it.effect("a key-authenticated request carries no deprecation headers", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const reply = yield* tenantApi(tenant.api_key, "GET", `/conversations/${crypto.randomUUID()}`)
+        expectError(reply, 404, "not_found")
+        expect(reply.headers.get("deprecation")).toBeNull()
+      }))
+  })
+})
