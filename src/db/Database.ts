@@ -2,7 +2,7 @@ import { PgClient } from "@effect/sql-pg"
 import { SqlError } from "@effect/sql/SqlError"
 import { PGlite } from "@electric-sql/pglite"
 import { PGLiteSocketServer } from "@electric-sql/pglite-socket"
-import { Context, Effect, Layer, Option, Redacted } from "effect"
+import { Context, Effect, Layer, Option, Redacted, Runtime } from "effect"
 import { mkdirSync } from "node:fs"
 import { createServer } from "node:net"
 import { resolve } from "node:path"
@@ -42,7 +42,17 @@ const freePort = Effect.async<number, SqlError>((resume) => {
 
 const acquirePool = (options: Pg.PoolConfig) =>
   Effect.acquireRelease(
-    Effect.sync(() => new MeasuredPool({ ...options, types })),
+    Effect.gen(function*() {
+      const runtime = yield* Effect.runtime<never>()
+      const pool = new MeasuredPool({ ...options, types })
+      // An idle connection that dies (server restart, terminated backend) is dropped by the pool and
+      // replaced at the next checkout; without a listener Node would treat it as an uncaught error.
+      pool.on("error", (error) =>
+        Runtime.runFork(runtime)(
+          Effect.logWarning("idle database connection failed").pipe(Effect.annotateLogs("error", error.message))
+        ))
+      return pool
+    }),
     (pool) => Effect.promise(() => pool.end().catch(() => undefined))
   )
 
