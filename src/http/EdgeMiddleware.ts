@@ -60,6 +60,17 @@ const statusOfWireError = (error: WireError): number => {
   }
 }
 
+/**
+ * 413 for a JSON body over the limit. The rest of the body is never read, so the connection
+ * cannot carry another request: it is closed once this answer is written.
+ */
+const payloadTooLarge = (requestId: string) =>
+  HttpServerResponse.setHeader(
+    envelopeResponse(413, "payload_too_large", "request body too large", { max_bytes: MAX_JSON_BODY_BYTES }, requestId),
+    "connection",
+    "close"
+  )
+
 const isBodyTooLarge = (error: HttpServerError.RequestError) =>
   error.cause instanceof Error && error.cause.message === "maxBytes exceeded"
 
@@ -86,7 +97,7 @@ const responseFromCause = (cause: Cause.Cause<unknown>, requestId: string, allow
     if (error instanceof HttpServerError.RequestError) {
       return Effect.succeed(
         isBodyTooLarge(error)
-          ? envelopeResponse(413, "payload_too_large", "request body too large", { max_bytes: MAX_JSON_BODY_BYTES }, requestId)
+          ? payloadTooLarge(requestId)
           : envelopeResponse(400, "bad_request", "the request body could not be read or parsed", null, requestId)
       )
     }
@@ -154,7 +165,7 @@ export const EdgeMiddleware = HttpLayerRouter.middleware(
         const early = isApi && !acceptsJson(request.headers["accept"])
           ? envelopeResponse(406, "not_acceptable", "this API answers JSON only", null, requestId)
           : template !== undefined && contentLength > MAX_JSON_BODY_BYTES && !template.endsWith("/upload")
-          ? envelopeResponse(413, "payload_too_large", "request body too large", { max_bytes: MAX_JSON_BODY_BYTES }, requestId)
+          ? payloadTooLarge(requestId)
           : undefined
 
         const response = early ?? (yield* httpEffect.pipe(

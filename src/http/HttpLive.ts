@@ -1,7 +1,6 @@
 import { HttpLayerRouter } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { Duration, Effect, Layer } from "effect"
-import { createServer } from "node:http"
 import { AppConfig } from "../config/AppConfig.js"
 import { AddressGuard } from "../delivery/AddressGuard.js"
 import { Lifecycle } from "../ops/Lifecycle.js"
@@ -14,6 +13,7 @@ import { AdminHandlers } from "./AdminHandlers.js"
 import { ManageAuthLive } from "./ApiKeyAuth.js"
 import { SettingsHandlers } from "./SettingsHandlers.js"
 import { EdgeMiddleware } from "./EdgeMiddleware.js"
+import { createNodeServer } from "./NodeServer.js"
 import { ParleyApi } from "./ParleyApi.js"
 import { RouteTableLive, routesOf } from "./RouteTable.js"
 
@@ -56,7 +56,7 @@ export const RouteServices = Layer.mergeAll(Tenants.Default, ApiKeys.Default, Re
 
 /** The HTTP server on `HOST`:`PORT`. */
 export const ServerLive = Layer.unwrapEffect(
-  Effect.map(AppConfig, (config) => NodeHttpServer.layer(createServer, { host: config.host, port: config.port }))
+  Effect.map(AppConfig, (config) => NodeHttpServer.layer(createNodeServer, { host: config.host, port: config.port }))
 )
 
 export const HttpLive = HttpLayerRouter.serve(AppRoutes, { disableLogger: true, disableListenLog: true }).pipe(

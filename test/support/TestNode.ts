@@ -1,7 +1,8 @@
+import { expect } from "@effect/vitest"
 import { ConfigProvider, Context, Effect, Layer } from "effect"
 import { createServer } from "node:net"
 import { AppConfig } from "../../src/config/AppConfig.js"
-import { NodeLive } from "../../src/NodeLive.js"
+import { LoggingLive, NodeLive } from "../../src/NodeLive.js"
 import { TestDatabase, TestDatabaseLive } from "./TestDatabase.js"
 
 /** A running node of the test: its base URL. */
@@ -38,6 +39,8 @@ export const TestNodeLive = (env: Record<string, string> = {}) =>
         }))
       )
       return Layer.merge(NodeLive, Layer.succeed(TestNode, { baseUrl: `http://127.0.0.1:${port}` })).pipe(
+        // As in main.ts, so that LOG_LEVEL applies to the node under test.
+        Layer.provide(LoggingLive),
         Layer.provide(AppConfig.Default),
         Layer.provide(Layer.setConfigProvider(provider))
       )
@@ -92,3 +95,8 @@ export const createTenant = (fields: Record<string, unknown> = {}) =>
       return reply.body.data as { id: string; api_key: string; [key: string]: unknown }
     }
   )
+
+/** The error envelope of `code` as the tests expect it: four keys, details null. */
+export const envelope = (code: string) => ({
+  error: { code, message: expect.any(String), details: null, request_id: expect.any(String) }
+})
