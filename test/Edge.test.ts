@@ -5,6 +5,7 @@ import { Effect, Layer, Logger } from "effect"
 import { createServer } from "node:http"
 import { EdgeMiddleware, MAX_JSON_BODY_BYTES } from "../src/http/EdgeMiddleware.js"
 import { RouteTableLive } from "../src/http/RouteTable.js"
+import { Lifecycle } from "../src/ops/Lifecycle.js"
 import { Metrics } from "../src/ops/Metrics.js"
 import { rawRequest } from "./support/RawHttp.js"
 import { ADMIN_TOKEN, admin, envelope, freePort, request, TestNode, TestNodeLive } from "./support/TestNode.js"
@@ -141,7 +142,7 @@ describe("HTTP edge: defects", () => {
       { disableLogger: true, disableListenLog: true }
     ).pipe(
       Layer.provide(NodeHttpServer.layer(createServer, { host: "127.0.0.1", port })),
-      Layer.provide(Metrics.Default),
+      Layer.provide([Metrics.Default, Lifecycle.Default]),
       Layer.provide(RouteTableLive([{ method: "GET", path: "/boom" }]))
     )
 

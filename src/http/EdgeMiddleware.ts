@@ -1,6 +1,7 @@
 import { HttpLayerRouter, HttpServerError, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Cause, Chunk, Effect, Option } from "effect"
 import type { WireError } from "../domain/ApiError.js"
+import { Lifecycle } from "../ops/Lifecycle.js"
 import { Metrics } from "../ops/Metrics.js"
 import { envelopeBody, envelopeResponse, toBody } from "./ErrorEnvelope.js"
 import { RequestId, requestIdFrom } from "./RequestId.js"
@@ -153,6 +154,7 @@ export const EdgeMiddleware = HttpLayerRouter.middleware(
   Effect.gen(function*() {
     const metrics = yield* Metrics
     const routes = yield* RouteTable
+    const lifecycle = yield* Lifecycle
     return (httpEffect) =>
       Effect.gen(function*() {
         const request = yield* HttpServerRequest.HttpServerRequest
@@ -179,7 +181,12 @@ export const EdgeMiddleware = HttpLayerRouter.middleware(
           Effect.provideService(RequestId, requestId),
           Effect.annotateLogs("request_id", requestId)
         ))
-        const finished = HttpServerResponse.setHeader(finishResponse(response, requestId), "x-request-id", requestId)
+        const answered = HttpServerResponse.setHeader(finishResponse(response, requestId), "x-request-id", requestId)
+        // While draining, no connection is kept for another request: the next one goes to a node
+        // that stays, and none arrives after this node stops handling requests.
+        const finished = (yield* lifecycle.isDraining)
+          ? HttpServerResponse.setHeader(answered, "connection", "close")
+          : answered
         const seconds = (performance.now() - started) / 1000
         metrics.observeRequest(template ?? "unmatched", request.method, finished.status, seconds)
         yield* Effect.logDebug("http request").pipe(

@@ -55,12 +55,12 @@ export const rawRequest = (
  * Opens a request whose body never ends, so the server holds a live connection for it. Closing the
  * scope destroys it.
  */
-export const holdOpenRequest = (baseUrl: string, path: string) =>
+export const holdOpenRequest = (baseUrl: string, path: string, headers: Record<string, string> = {}) =>
   Effect.acquireRelease(
     Effect.async<ReturnType<typeof httpRequest>>((resume) => {
       const req = httpRequest(`${baseUrl}${path}`, {
         method: "POST",
-        headers: { "content-type": "application/json", "transfer-encoding": "chunked" }
+        headers: { ...headers, "content-type": "application/json", "transfer-encoding": "chunked" }
       })
       // The server may drop the connection while stopping: that is what the caller looks at.
       req.on("error", () => undefined)

@@ -23,8 +23,7 @@ export const programLines = (stderr: string): ReadonlyArray<string> =>
 
 /**
  * Starts `command` in the repository with exactly `env` (plus PATH and HOME), in a process group of
- * its own so that stopping it also stops what npm started. The scope kills the group if it is still
- * running.
+ * its own so that stopping it also stops what npm started. Closing the scope kills the group.
  */
 export const spawnInRepo = (command: string, args: ReadonlyArray<string>, env: Record<string, string>) =>
   Effect.acquireRelease(
@@ -49,14 +48,14 @@ export const spawnInRepo = (command: string, args: ReadonlyArray<string>, env: R
         exited: Effect.promise(() => exit)
       }
     }),
+    // The whole group, even when the direct child has exited: what it started may outlive it.
     (child) =>
       Effect.sync(() => {
-        if (child.process.exitCode === null && child.process.signalCode === null && child.process.pid !== undefined) {
-          try {
-            process.kill(-child.process.pid, "SIGKILL")
-          } catch {
-            // already gone
-          }
+        if (child.process.pid === undefined) return
+        try {
+          process.kill(-child.process.pid, "SIGKILL")
+        } catch {
+          // the group is gone already
         }
       })
   )
@@ -66,3 +65,54 @@ export const signalGroup = (child: Child, signal: NodeJS.Signals) =>
   Effect.sync(() => {
     if (child.process.pid !== undefined) process.kill(-child.process.pid, signal)
   })
+
+/**
+ * What `GET {baseUrl}/health/ready` answered: status, readiness state and `Connection` header, or
+ * null when nothing answered.
+ */
+export const readiness = (baseUrl: string) =>
+  Effect.promise(async () => {
+    try {
+      const response = await fetch(`${baseUrl}/health/ready`)
+      const body = await response.json() as { readonly status?: string }
+      return { status: response.status, state: body.status ?? null, connection: response.headers.get("connection") }
+    } catch {
+      return null
+    }
+  })
+
+/**
+ * Polls readiness until it is 200; fails if the child exits first. Bounded by the caller (a test
+ * timeout), not here.
+ */
+export const waitUntilReady = (child: Child, baseUrl: string) =>
+  Effect.gen(function*() {
+    while (true) {
+      if (child.process.exitCode !== null || child.process.signalCode !== null) {
+        return yield* Effect.fail(new Error(`the node exited before it was ready:\n${child.stderr()}`))
+      }
+      const answer = yield* readiness(baseUrl)
+      if (answer?.status === 200) return
+      yield* Effect.sleep("50 millis")
+    }
+  })
+
+/** Resident memory in KiB of every process in the child's group, by command line. */
+export const groupRss = (child: Child) =>
+  Effect.promise(() =>
+    new Promise<ReadonlyArray<{ readonly pid: number; readonly rssKiB: number; readonly command: string }>>(
+      (resolve) => {
+        const ps = spawn("ps", ["-eo", "pid=,pgid=,rss=,args="], { stdio: ["ignore", "pipe", "ignore"] })
+        let out = ""
+        ps.stdout.on("data", (chunk: Buffer) => (out += chunk.toString("utf8")))
+        ps.once("close", () => {
+          const rows = out.split("\n").map((line) => line.trim().split(/\s+/)).filter((cols) => cols.length >= 4)
+          resolve(
+            rows
+              .filter((cols) => Number(cols[1]) === child.process.pid)
+              .map((cols) => ({ pid: Number(cols[0]), rssKiB: Number(cols[2]), command: cols.slice(3).join(" ") }))
+          )
+        })
+      }
+    )
+  )
