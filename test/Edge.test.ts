@@ -8,7 +8,8 @@ import { RouteTableLive } from "../src/http/RouteTable.js"
 import { Lifecycle } from "../src/ops/Lifecycle.js"
 import { Metrics } from "../src/ops/Metrics.js"
 import { rawRequest } from "./support/RawHttp.js"
-import { ADMIN_TOKEN, admin, envelope, freePort, request, TestNode, TestNodeLive } from "./support/TestNode.js"
+import { envelope } from "./support/Envelope.js"
+import { ADMIN_TOKEN, admin, freePort, request, TestNode, TestNodeLive } from "./support/TestNode.js"
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 

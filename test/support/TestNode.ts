@@ -1,4 +1,3 @@
-import { expect } from "@effect/vitest"
 import { ConfigProvider, Context, Effect, Layer } from "effect"
 import { createServer } from "node:net"
 import { AppConfig } from "../../src/config/AppConfig.js"
@@ -95,8 +94,3 @@ export const createTenant = (fields: Record<string, unknown> = {}) =>
       return reply.body.data as { id: string; api_key: string; [key: string]: unknown }
     }
   )
-
-/** The error envelope of `code` as the tests expect it: four keys, details null. */
-export const envelope = (code: string) => ({
-  error: { code, message: expect.any(String), details: null, request_id: expect.any(String) }
-})
