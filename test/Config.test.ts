@@ -144,11 +144,13 @@ describe("AppConfig", () => {
       expect((yield* load({ PORT: "4100", CLUSTER_RUNNER_PORT: "7000" })).clusterRunnerPort).toBe(7000)
     }))
 
-  it.effect("an empty DATABASE_URL or METRICS_TOKEN means unset", () =>
+  it.effect("an optional variable set to nothing is unset (VAR= in a compose file)", () =>
     Effect.gen(function*() {
-      const config = yield* load({ DATABASE_URL: "", METRICS_TOKEN: " " })
+      const config = yield* load({ DATABASE_URL: "", METRICS_TOKEN: " ", ADMIN_API_TOKEN: "", TOKEN_SIGNING_KEY: "" })
       expect(config.databaseUrl).toEqual(Option.none())
       expect(config.metricsToken).toEqual(Option.none())
+      expect(config.adminApiToken).toEqual(Option.none())
+      expect(config.tokenSigningKey).toEqual(Option.none())
     }))
 
   const invalid: ReadonlyArray<readonly [string, Record<string, string>]> = [
@@ -159,6 +161,7 @@ describe("AppConfig", () => {
     ["DRAIN_MAX_MS", { DRAIN_MAX_MS: "-1" }],
     ["ADMIN_API_TOKEN", { ADMIN_API_TOKEN: "short" }],
     ["ADMIN_API_TOKEN", { ADMIN_API_TOKEN: "a".repeat(31) }],
+    ["TOKEN_SIGNING_KEY", { TOKEN_SIGNING_KEY: "too-short" }],
     ["ADMIN_IP_ALLOWLIST", { ADMIN_IP_ALLOWLIST: "10.0.0.0/33" }],
     ["ADMIN_IP_ALLOWLIST", { ADMIN_IP_ALLOWLIST: "127.0.0.1/8,localhost" }],
     ["TRUSTED_PROXIES", { TRUSTED_PROXIES: "10.0.0.0/8,not-a-cidr" }],

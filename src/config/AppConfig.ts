@@ -34,11 +34,17 @@ const cidrList = (name: string, fallback: string) =>
   )
 
 /**
- * An optional variable where set-but-empty means unset, as `VAR=` in a compose file or shell does:
- * an empty `DATABASE_URL` must not become "connect to whatever pg defaults to".
+ * An optional secret or URL. Set-but-empty means unset, as `VAR=` in a compose file or a shell
+ * does: an empty `DATABASE_URL` must not become "connect to whatever pg defaults to". A value that
+ * is set must be at least `minLength` characters. Validated on the variable itself, before
+ * redacting, so that the error names it.
  */
-const optionalRedacted = (name: string) =>
+const optionalRedacted = (name: string, minLength = 0) =>
   Config.string(name).pipe(
+    Config.validate({
+      message: `must be at least ${minLength} characters`,
+      validation: (s) => s.trim() === "" || s.length >= minLength
+    }),
     Config.option,
     Config.map((value) => Option.filter(value, (s) => s.trim() !== "").pipe(Option.map(Redacted.make)))
   )
@@ -80,19 +86,10 @@ export class AppConfig extends Effect.Service<AppConfig>()("parley/AppConfig", {
     host: Config.string("HOST").pipe(Config.withDefault("0.0.0.0")),
     databaseUrl: optionalRedacted("DATABASE_URL"),
     dataDir: Config.string("DATA_DIR").pipe(Config.withDefault("./data")),
-    // Validate first, then redact: validating a Config.redacted loses the variable name.
-    adminApiToken: Config.string("ADMIN_API_TOKEN").pipe(
-      Config.validate({ message: "must be at least 32 characters", validation: (s) => s.length >= 32 }),
-      Config.map(Redacted.make),
-      Config.option
-    ),
+    adminApiToken: optionalRedacted("ADMIN_API_TOKEN", 32),
     adminIpAllowlist: cidrList("ADMIN_IP_ALLOWLIST", "127.0.0.1/8,::1/128"),
     trustedProxies: cidrList("TRUSTED_PROXIES", ""),
-    tokenSigningKey: Config.string("TOKEN_SIGNING_KEY").pipe(
-      Config.validate({ message: "must be at least 32 characters", validation: (s) => s.length >= 32 }),
-      Config.map(Redacted.make),
-      Config.option
-    ),
+    tokenSigningKey: optionalRedacted("TOKEN_SIGNING_KEY", 32),
     tokenTtlSeconds: positiveInt("TOKEN_TTL_SECONDS", 1800),
     tokenRotationGraceSeconds: nonNegativeInt("TOKEN_ROTATION_GRACE_SECONDS", 30),
     legacyTokenTtlSeconds: positiveInt("LEGACY_TOKEN_TTL_SECONDS", 3600),
