@@ -19,9 +19,9 @@ const IDLE_BEFORE_RSS = "3 seconds"
 
 interface Sample {
   readonly readyMs: number
-  /** The node process serving (the largest of npm, tsx and node). */
+  /** The node process serving (the larger of npm and node). */
   readonly serverRssKiB: number
-  /** npm, tsx and the node together. */
+  /** npm and the node together. */
   readonly groupRssKiB: number
 }
 
@@ -96,7 +96,7 @@ const program = Effect.gen(function*() {
     `npm start → /health/ready 200; RSS after ${IDLE_BEFORE_RSS} idle; median of ${runs} (min–max)`,
     `node ${process.version}, ${cpus().length} CPUs`,
     "",
-    "| scenario | ready after | server RSS | npm+tsx+node RSS |",
+    "| scenario | ready after | node RSS | npm + node RSS |",
     "|---|---|---|---|"
   ]
   for (const [name, embedded, restart] of scenarios) {

@@ -60,12 +60,6 @@ export const spawnInRepo = (command: string, args: ReadonlyArray<string>, env: R
       })
   )
 
-/** Sends `signal` to the child's whole process group (npm, sh and node). */
-export const signalGroup = (child: Child, signal: NodeJS.Signals) =>
-  Effect.sync(() => {
-    if (child.process.pid !== undefined) process.kill(-child.process.pid, signal)
-  })
-
 /**
  * What `GET {baseUrl}/health/ready` answered: status, readiness state and `Connection` header, or
  * null when nothing answered.
