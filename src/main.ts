@@ -3,17 +3,17 @@ import { ConfigError, Console, Effect, Layer } from "effect"
 import { AppConfig } from "./config/AppConfig.js"
 import { LoggingLive, NodeLive } from "./NodeLive.js"
 
-/** One line per wrong variable: `PORT: Expected an integer value but received abc`. */
-const describe = (error: ConfigError.ConfigError): ReadonlyArray<string> => {
+/** One entry per problem: `PORT: Expected an integer value but received abc`. */
+const problems = (error: ConfigError.ConfigError): ReadonlyArray<string> => {
   switch (error._op) {
     case "And":
     case "Or":
-      return [...describe(error.left), ...describe(error.right)]
+      return [...problems(error.left), ...problems(error.right)]
     case "InvalidData":
     case "MissingData":
     case "SourceUnavailable":
     case "Unsupported":
-      return [`${error.path.join(".")}: ${error.message}`]
+      return [`${error.path.join(".")}: ${error.message.replace(/\s*\n\s*/g, " ")}`]
   }
 }
 
@@ -31,7 +31,8 @@ const program = Effect.gen(function*() {
 }).pipe(
   Effect.provide(AppConfig.Default),
   Effect.catchIf(ConfigError.isConfigError, (error) =>
-    Console.error(`parley: invalid configuration: ${describe(error).join("; ")}`).pipe(
+    // One line, each problem once: a variable read by two settings (PORT) fails in both.
+    Console.error(`parley: invalid configuration: ${[...new Set(problems(error))].join("; ")}`).pipe(
       Effect.zipRight(Effect.sync(() => process.exit(1)))
     ))
 )

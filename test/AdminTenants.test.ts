@@ -1,11 +1,8 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { query, serverUrl } from "./support/TestDatabase.js"
+import { envelope } from "./support/Envelope.js"
 import { admin, createTenant, request, TestNodeLive } from "./support/TestNode.js"
-
-const envelope = (code: string) => ({
-  error: { code, message: expect.any(String), details: null, request_id: expect.any(String) }
-})
 
 layer(TestNodeLive({ TRUSTED_PROXIES: "127.0.0.1/32" }), { excludeTestServices: true })("admin API: tenants", (it) => {
   describe("authentication", () => {

@@ -1,4 +1,4 @@
-import { Config, ConfigError, Effect, Either, Option, Redacted, Schema } from "effect"
+import { Config, ConfigError, Effect, Either, Option, ParseResult, Redacted, Schema } from "effect"
 import { RateLimitTable } from "../domain/RateLimit.js"
 import { type Cidr, parseCidr } from "./NetworkList.js"
 
@@ -24,13 +24,54 @@ const cidrList = (name: string, fallback: string) =>
       for (const entry of entries) {
         const cidr = parseCidr(entry)
         if (cidr === undefined) {
-          return Either.left(ConfigError.InvalidData([], `malformed IP or CIDR "${entry}"`))
+          // Behind withDefault, mapOrFail no longer prefixes the variable name: add it here.
+          return Either.left(ConfigError.InvalidData([name], `malformed IP or CIDR "${entry}"`))
         }
         parsed.push(cidr)
       }
       return Either.right(parsed as ReadonlyArray<Cidr>)
     })
   )
+
+/**
+ * An optional secret or URL. Set-but-empty means unset, as `VAR=` in a compose file or a shell
+ * does: an empty `DATABASE_URL` must not become "connect to whatever pg defaults to". A value that
+ * is set must be at least `minLength` characters. Validated on the variable itself, before
+ * redacting, so that the error names it.
+ */
+const optionalRedacted = (name: string, minLength = 0) =>
+  Config.string(name).pipe(
+    Config.validate({
+      message: `must be at least ${minLength} characters`,
+      validation: (s) => s.trim() === "" || s.length >= minLength
+    }),
+    Config.option,
+    Config.map((value) => Option.filter(value, (s) => s.trim() !== "").pipe(Option.map(Redacted.make)))
+  )
+
+/**
+ * `RATE_LIMITS`: JSON `{bucket: {limit, scale_ms}}`. A misspelt bucket is an error rather than
+ * silently ignored, and the message is one line naming the first problem.
+ */
+const rateLimits = Config.string("RATE_LIMITS").pipe(
+  Config.mapOrFail((text) =>
+    Either.mapLeft(Schema.decodeUnknownEither(RateLimitTable, { onExcessProperty: "error" })(text), (error) => {
+      const first = ParseResult.ArrayFormatter.formatErrorSync(error)[0]
+      const problem = first === undefined
+        ? ""
+        : first.path.length > 0
+        ? ` (${first.path.join(".")}: ${first.message})`
+        : first._tag === "Transformation"
+        ? ` (${first.message})`
+        : ""
+      // Directly on the variable, mapOrFail prefixes the name itself.
+      return ConfigError.InvalidData(
+        [],
+        `must be a JSON object {bucket: {limit, scale_ms}} of positive integers${problem}`
+      )
+    })),
+  Config.option
+)
 
 const port = Config.port("PORT").pipe(Config.withDefault(4000))
 
@@ -43,21 +84,12 @@ export class AppConfig extends Effect.Service<AppConfig>()("parley/AppConfig", {
   effect: Config.all({
     port,
     host: Config.string("HOST").pipe(Config.withDefault("0.0.0.0")),
-    databaseUrl: Config.option(Config.redacted("DATABASE_URL")),
+    databaseUrl: optionalRedacted("DATABASE_URL"),
     dataDir: Config.string("DATA_DIR").pipe(Config.withDefault("./data")),
-    // Validate first, then redact: validating a Config.redacted loses the variable name.
-    adminApiToken: Config.string("ADMIN_API_TOKEN").pipe(
-      Config.validate({ message: "must be at least 32 characters", validation: (s) => s.length >= 32 }),
-      Config.map(Redacted.make),
-      Config.option
-    ),
+    adminApiToken: optionalRedacted("ADMIN_API_TOKEN", 32),
     adminIpAllowlist: cidrList("ADMIN_IP_ALLOWLIST", "127.0.0.1/8,::1/128"),
     trustedProxies: cidrList("TRUSTED_PROXIES", ""),
-    tokenSigningKey: Config.string("TOKEN_SIGNING_KEY").pipe(
-      Config.validate({ message: "must be at least 32 characters", validation: (s) => s.length >= 32 }),
-      Config.map(Redacted.make),
-      Config.option
-    ),
+    tokenSigningKey: optionalRedacted("TOKEN_SIGNING_KEY", 32),
     tokenTtlSeconds: positiveInt("TOKEN_TTL_SECONDS", 1800),
     tokenRotationGraceSeconds: nonNegativeInt("TOKEN_ROTATION_GRACE_SECONDS", 30),
     legacyTokenTtlSeconds: positiveInt("LEGACY_TOKEN_TTL_SECONDS", 3600),
@@ -67,7 +99,7 @@ export class AppConfig extends Effect.Service<AppConfig>()("parley/AppConfig", {
     conversationExpiryCheckSeconds: positiveInt("CONVERSATION_EXPIRY_CHECK_SECONDS", 3600),
     sseHeartbeatMs: positiveInt("SSE_HEARTBEAT_MS", 30000),
     socketIdleTimeoutMs: positiveInt("SOCKET_IDLE_TIMEOUT_MS", 60000),
-    rateLimits: Config.option(Schema.Config("RATE_LIMITS", RateLimitTable)),
+    rateLimits,
     rateLimitSyncMs: positiveInt("RATE_LIMIT_SYNC_MS", 100),
     webhookAllowedHosts: Config.string("WEBHOOK_ALLOWED_HOSTS").pipe(
       Config.withDefault(""),
@@ -79,7 +111,7 @@ export class AppConfig extends Effect.Service<AppConfig>()("parley/AppConfig", {
     drainBatchSize: positiveInt("DRAIN_BATCH_SIZE", 500),
     drainBatchIntervalMs: nonNegativeInt("DRAIN_BATCH_INTERVAL_MS", 1000),
     drainMaxMs: positiveInt("DRAIN_MAX_MS", 30000),
-    metricsToken: Config.option(Config.redacted("METRICS_TOKEN")),
+    metricsToken: optionalRedacted("METRICS_TOKEN"),
     logLevel,
     logFormat: Config.literal("json", "pretty")("LOG_FORMAT").pipe(Config.withDefault("json" as const)),
     clusterRunnerHost: Config.string("CLUSTER_RUNNER_HOST").pipe(Config.withDefault("127.0.0.1")),

@@ -1,8 +1,8 @@
 import { Data, Effect } from "effect"
-import { lookup } from "node:dns/promises"
 import ipaddr from "ipaddr.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { type Cidr, inRanges, parseCidr } from "../config/NetworkList.js"
+import { HostResolver } from "./HostResolver.js"
 
 /** Why a webhook target was refused. */
 export class AddressRejected extends Data.TaggedError("AddressRejected")<{ readonly reason: string }> {}
@@ -41,7 +41,15 @@ const parseAllowList = (entries: ReadonlyArray<string>): AllowList => {
   return { hosts, suffixes, ranges }
 }
 
-const stripBrackets = (host: string) => host.startsWith("[") && host.endsWith("]") ? host.slice(1, -1) : host
+/**
+ * The host as allow entries and the localhost rule compare it: IPv6 without brackets, and without
+ * the trailing dot of a fully qualified name (`localhost.` is `localhost`).
+ */
+const normaliseHost = (hostname: string) => {
+  const host = hostname.toLowerCase()
+  if (host.startsWith("[") && host.endsWith("]")) return host.slice(1, -1)
+  return host.endsWith(".") ? host.slice(0, -1) : host
+}
 
 /**
  * Decides whether an outbound URL may be called: at save time and before every request. Operators
@@ -50,6 +58,7 @@ const stripBrackets = (host: string) => host.startsWith("[") && host.endsWith("]
 export class AddressGuard extends Effect.Service<AddressGuard>()("parley/AddressGuard", {
   effect: Effect.gen(function*() {
     const config = yield* AppConfig
+    const resolver = yield* HostResolver
     const allow = parseAllowList(config.webhookAllowedHosts)
 
     const hostAllowed = (host: string) =>
@@ -70,7 +79,7 @@ export class AddressGuard extends Effect.Service<AddressGuard>()("parley/Address
         if (url.username !== "" || url.password !== "") {
           return yield* new AddressRejected({ reason: "must not carry credentials" })
         }
-        const host = stripBrackets(url.hostname.toLowerCase())
+        const host = normaliseHost(url.hostname)
         return { url, host }
       })
 
@@ -88,10 +97,7 @@ export class AddressGuard extends Effect.Service<AddressGuard>()("parley/Address
         if (host === "localhost" || host.endsWith(".localhost")) {
           if (!hostAllowed(host)) return yield* new AddressRejected({ reason: "points to a non-public address" })
         }
-        const resolved = yield* Effect.tryPromise(() => lookup(host, { all: true, verbatim: true })).pipe(
-          Effect.map((entries) => entries.map((entry) => entry.address)),
-          Effect.orElseSucceed((): ReadonlyArray<string> => [])
-        )
+        const resolved = yield* resolver.resolve(host)
         if (hostAllowed(host)) return { url, addresses: resolved }
         if (resolved.some((address) => !addressAllowed(address))) {
           return yield* new AddressRejected({ reason: "resolves to a non-public address" })
@@ -100,5 +106,6 @@ export class AddressGuard extends Effect.Service<AddressGuard>()("parley/Address
       })
 
     return { check } as const
-  })
+  }),
+  dependencies: [HostResolver.Default]
 }) {}

@@ -1,6 +1,7 @@
 import { HttpApiSchema, HttpLayerRouter, HttpServerError, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Cause, Chunk, Effect, Option, type Schema } from "effect"
 import type { WireError } from "../domain/ApiError.js"
+import { Lifecycle } from "../ops/Lifecycle.js"
 import { Metrics } from "../ops/Metrics.js"
 import { envelopeBody, envelopeResponse, toBody } from "./ErrorEnvelope.js"
 import { RequestId, requestIdFrom } from "./RequestId.js"
@@ -31,6 +32,17 @@ const statusOfWireError = (error: WireError): number => {
   return schema.ast === undefined ? 500 : HttpApiSchema.getStatusErrorAST(schema.ast)
 }
 
+/**
+ * 413 for a JSON body over the limit. The rest of the body is never read, so the connection
+ * cannot carry another request: it is closed once this answer is written.
+ */
+const payloadTooLarge = (requestId: string) =>
+  HttpServerResponse.setHeader(
+    envelopeResponse(413, "payload_too_large", "request body too large", { max_bytes: MAX_JSON_BODY_BYTES }, requestId),
+    "connection",
+    "close"
+  )
+
 const isBodyTooLarge = (error: HttpServerError.RequestError) =>
   error.cause instanceof Error && error.cause.message === "maxBytes exceeded"
 
@@ -57,7 +69,7 @@ const responseFromCause = (cause: Cause.Cause<unknown>, requestId: string, allow
     if (error instanceof HttpServerError.RequestError) {
       return Effect.succeed(
         isBodyTooLarge(error)
-          ? envelopeResponse(413, "payload_too_large", "request body too large", { max_bytes: MAX_JSON_BODY_BYTES }, requestId)
+          ? payloadTooLarge(requestId)
           : envelopeResponse(400, "bad_request", "the request body could not be read or parsed", null, requestId)
       )
     }
@@ -113,6 +125,7 @@ export const EdgeMiddleware = HttpLayerRouter.middleware(
   Effect.gen(function*() {
     const metrics = yield* Metrics
     const routes = yield* RouteTable
+    const lifecycle = yield* Lifecycle
     return (httpEffect) =>
       Effect.gen(function*() {
         const request = yield* HttpServerRequest.HttpServerRequest
@@ -125,7 +138,7 @@ export const EdgeMiddleware = HttpLayerRouter.middleware(
         const early = isApi && !acceptsJson(request.headers["accept"])
           ? envelopeResponse(406, "not_acceptable", "this API answers JSON only", null, requestId)
           : template !== undefined && contentLength > MAX_JSON_BODY_BYTES && !template.endsWith("/upload")
-          ? envelopeResponse(413, "payload_too_large", "request body too large", { max_bytes: MAX_JSON_BODY_BYTES }, requestId)
+          ? payloadTooLarge(requestId)
           : undefined
 
         const response = early ?? (yield* httpEffect.pipe(
@@ -139,7 +152,12 @@ export const EdgeMiddleware = HttpLayerRouter.middleware(
           Effect.provideService(RequestId, requestId),
           Effect.annotateLogs("request_id", requestId)
         ))
-        const finished = HttpServerResponse.setHeader(finishResponse(response, requestId), "x-request-id", requestId)
+        const answered = HttpServerResponse.setHeader(finishResponse(response, requestId), "x-request-id", requestId)
+        // While draining, no connection is kept for another request: the next one goes to a node
+        // that stays, and none arrives after this node stops handling requests.
+        const finished = (yield* lifecycle.isDraining)
+          ? HttpServerResponse.setHeader(answered, "connection", "close")
+          : answered
         const seconds = (performance.now() - started) / 1000
         metrics.observeRequest(template ?? "unmatched", request.method, finished.status, seconds)
         yield* Effect.logDebug("http request").pipe(

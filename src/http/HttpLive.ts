@@ -1,7 +1,6 @@
 import { HttpLayerRouter } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { Duration, Effect, Layer } from "effect"
-import { createServer } from "node:http"
 import { Channels } from "../channels/Channels.js"
 import { PublishableKeys } from "../channels/PublishableKeys.js"
 import { AppConfig } from "../config/AppConfig.js"
@@ -26,6 +25,7 @@ import { SettingsHandlers } from "./SettingsHandlers.js"
 import { UsersHandlers } from "./UsersHandlers.js"
 import { EdgeMiddleware } from "./EdgeMiddleware.js"
 import { LegacyRoutes, legacyRoutes } from "./LegacyRoutes.js"
+import { createNodeServer } from "./NodeServer.js"
 import { ParleyApi } from "./ParleyApi.js"
 import { RouteTableLive, routesOf } from "./RouteTable.js"
 
@@ -45,8 +45,9 @@ const ApiRoutes = HttpLayerRouter.addHttpApi(ParleyApi, { openapiPath: "/api/v1/
 )
 
 /**
- * Runs first when the routes shut down (before the server closes): readiness turns to `draining`,
- * and new long-lived connections are refused for `DRAIN_REFUSE_MS` while balancers notice.
+ * The start of the drain: readiness turns to `draining` (and long-lived connections are refused)
+ * for `DRAIN_REFUSE_MS` while balancers notice. The routes must still be answering meanwhile, so
+ * this runs before the server stops handling requests (see `HttpLive`).
  */
 const DrainLive = Layer.scopedDiscard(
   Effect.gen(function*() {
@@ -62,7 +63,7 @@ const DrainLive = Layer.scopedDiscard(
 )
 
 /** Every route of the node behind the edge middleware. */
-export const AppRoutes = Layer.mergeAll(ApiRoutes, LegacyRoutes, OpsRoutes, EdgeMiddleware, DrainLive).pipe(
+export const AppRoutes = Layer.mergeAll(ApiRoutes, LegacyRoutes, OpsRoutes, EdgeMiddleware).pipe(
   Layer.provide(RouteTableLive([
     ...routesOf(ParleyApi),
     { method: "GET", path: "/api/v1/openapi.json" },
@@ -88,10 +89,18 @@ export const RouteServices = Layer.mergeAll(
 
 /** The HTTP server on `HOST`:`PORT`. */
 export const ServerLive = Layer.unwrapEffect(
-  Effect.map(AppConfig, (config) => NodeHttpServer.layer(createServer, { host: config.host, port: config.port }))
+  Effect.map(AppConfig, (config) => NodeHttpServer.layer(createNodeServer, { host: config.host, port: config.port }))
 )
 
-export const HttpLive = HttpLayerRouter.serve(AppRoutes, { disableLogger: true, disableListenLog: true }).pipe(
+/**
+ * The node's HTTP service. Layers are released in the reverse order of building, and `serve`
+ * stops handling requests as soon as it is released (requests arriving afterwards would hang):
+ * DrainLive is therefore built on top of it, so that it is released first, while every route
+ * still answers. Then the request handler goes, then the server closes, waiting for requests in
+ * flight (bounded by the process's `DRAIN_MAX_MS` deadline).
+ */
+export const HttpLive = DrainLive.pipe(
+  Layer.provide(HttpLayerRouter.serve(AppRoutes, { disableLogger: true, disableListenLog: true })),
   Layer.provide(ServerLive),
   Layer.provide(RouteServices)
 )

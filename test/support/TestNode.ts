@@ -40,6 +40,7 @@ export const TestNodeLive = (env: Record<string, string> = {}) =>
         }))
       )
       return Layer.merge(NodeLive, Layer.succeed(TestNode, { baseUrl: `http://127.0.0.1:${port}` })).pipe(
+        // As in main.ts, so that LOG_LEVEL applies to the node under test.
         Layer.provide(LoggingLive),
         Layer.provide(AppConfig.Default),
         Layer.provide(Layer.setConfigProvider(provider))

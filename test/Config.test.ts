@@ -1,0 +1,192 @@
+import { describe, expect, it } from "@effect/vitest"
+import { ConfigError, ConfigProvider, Effect, Layer, Option, Redacted } from "effect"
+import { AppConfig } from "../src/config/AppConfig.js"
+import type { Cidr } from "../src/config/NetworkList.js"
+import { programLines, spawnInRepo } from "./support/Spawn.js"
+
+/** AppConfig read from exactly these variables. */
+const load = (env: Record<string, string>) =>
+  AppConfig.pipe(
+    Effect.provide(
+      AppConfig.Default.pipe(Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))))
+    )
+  )
+
+const ranges = (cidrs: ReadonlyArray<Cidr>) => cidrs.map(([address, bits]) => `${address.toString()}/${bits}`)
+
+/** Every variable a configuration error names. */
+const namedVariables = (error: ConfigError.ConfigError): ReadonlyArray<string> => {
+  switch (error._op) {
+    case "And":
+    case "Or":
+      return [...new Set([...namedVariables(error.left), ...namedVariables(error.right)])]
+    default:
+      return [error.path.join(".")]
+  }
+}
+
+describe("AppConfig", () => {
+  it.effect("every variable of CONTRACT §1 has its default", () =>
+    Effect.gen(function*() {
+      const { adminIpAllowlist, trustedProxies, ...config } = yield* load({})
+      expect(ranges(adminIpAllowlist)).toEqual(["127.0.0.1/8", "::1/128"])
+      expect(trustedProxies).toEqual([])
+      expect({ ...config }).toEqual({
+        port: 4000,
+        host: "0.0.0.0",
+        databaseUrl: Option.none(),
+        dataDir: "./data",
+        adminApiToken: Option.none(),
+        tokenSigningKey: Option.none(),
+        tokenTtlSeconds: 1800,
+        tokenRotationGraceSeconds: 30,
+        legacyTokenTtlSeconds: 3600,
+        publishableResumeTtlSeconds: 604800,
+        apiKeyRotationGraceSeconds: 86400,
+        conversationIdleCloseSeconds: 86400,
+        conversationExpiryCheckSeconds: 3600,
+        sseHeartbeatMs: 30000,
+        socketIdleTimeoutMs: 60000,
+        rateLimits: Option.none(),
+        rateLimitSyncMs: 100,
+        webhookAllowedHosts: [],
+        uploadMaxBytes: 10485760,
+        channelHealthIntervalSeconds: 300,
+        drainRefuseMs: 5000,
+        drainBatchSize: 500,
+        drainBatchIntervalMs: 1000,
+        drainMaxMs: 30000,
+        metricsToken: Option.none(),
+        logLevel: "info",
+        logFormat: "json",
+        clusterRunnerHost: "127.0.0.1",
+        clusterRunnerPort: 5000,
+        clusterShardLockExpirationMs: 6000,
+        clusterEntityTerminationTimeoutMs: 3000
+      })
+    }))
+
+  it.effect("every variable is read, and CLUSTER_RUNNER_PORT follows PORT unless set", () =>
+    Effect.gen(function*() {
+      const token = "a".repeat(32)
+      const config = yield* load({
+        PORT: "4100",
+        HOST: "127.0.0.1",
+        DATABASE_URL: "postgres://u@db/parley",
+        DATA_DIR: "/var/lib/parley",
+        ADMIN_API_TOKEN: token,
+        ADMIN_IP_ALLOWLIST: "10.0.0.0/8, 192.168.1.7",
+        TRUSTED_PROXIES: "172.16.0.0/12",
+        TOKEN_SIGNING_KEY: "k".repeat(40),
+        TOKEN_TTL_SECONDS: "60",
+        TOKEN_ROTATION_GRACE_SECONDS: "0",
+        LEGACY_TOKEN_TTL_SECONDS: "61",
+        PUBLISHABLE_RESUME_TTL_SECONDS: "62",
+        API_KEY_ROTATION_GRACE_SECONDS: "63",
+        CONVERSATION_IDLE_CLOSE_SECONDS: "64",
+        CONVERSATION_EXPIRY_CHECK_SECONDS: "65",
+        SSE_HEARTBEAT_MS: "66",
+        SOCKET_IDLE_TIMEOUT_MS: "67",
+        RATE_LIMITS: "{\"upload\":{\"limit\":3,\"scale_ms\":1000}}",
+        RATE_LIMIT_SYNC_MS: "68",
+        WEBHOOK_ALLOWED_HOSTS: "Hooks.Example.com, *.internal,127.0.0.1",
+        UPLOAD_MAX_BYTES: "69",
+        CHANNEL_HEALTH_INTERVAL_SECONDS: "70",
+        DRAIN_REFUSE_MS: "0",
+        DRAIN_BATCH_SIZE: "71",
+        DRAIN_BATCH_INTERVAL_MS: "72",
+        DRAIN_MAX_MS: "73",
+        METRICS_TOKEN: "metrics-secret",
+        LOG_LEVEL: "warning",
+        LOG_FORMAT: "pretty",
+        CLUSTER_RUNNER_HOST: "node-2",
+        CLUSTER_SHARD_LOCK_EXPIRATION_MS: "74",
+        CLUSTER_ENTITY_TERMINATION_TIMEOUT_MS: "75"
+      })
+      expect(config).toMatchObject({
+        port: 4100,
+        host: "127.0.0.1",
+        dataDir: "/var/lib/parley",
+        tokenTtlSeconds: 60,
+        tokenRotationGraceSeconds: 0,
+        legacyTokenTtlSeconds: 61,
+        publishableResumeTtlSeconds: 62,
+        apiKeyRotationGraceSeconds: 63,
+        conversationIdleCloseSeconds: 64,
+        conversationExpiryCheckSeconds: 65,
+        sseHeartbeatMs: 66,
+        socketIdleTimeoutMs: 67,
+        rateLimitSyncMs: 68,
+        webhookAllowedHosts: ["hooks.example.com", "*.internal", "127.0.0.1"],
+        uploadMaxBytes: 69,
+        channelHealthIntervalSeconds: 70,
+        drainRefuseMs: 0,
+        drainBatchSize: 71,
+        drainBatchIntervalMs: 72,
+        drainMaxMs: 73,
+        logLevel: "warning",
+        logFormat: "pretty",
+        clusterRunnerHost: "node-2",
+        clusterRunnerPort: 5100,
+        clusterShardLockExpirationMs: 74,
+        clusterEntityTerminationTimeoutMs: 75
+      })
+      expect(Option.map(config.databaseUrl, Redacted.value)).toEqual(Option.some("postgres://u@db/parley"))
+      expect(Option.map(config.adminApiToken, Redacted.value)).toEqual(Option.some(token))
+      expect(Option.map(config.tokenSigningKey, Redacted.value)).toEqual(Option.some("k".repeat(40)))
+      expect(Option.map(config.metricsToken, Redacted.value)).toEqual(Option.some("metrics-secret"))
+      expect(config.rateLimits.pipe(Option.map((table) => table.upload?.limit))).toEqual(Option.some(3))
+      expect(ranges(config.adminIpAllowlist)).toEqual(["10.0.0.0/8", "192.168.1.7/32"])
+      expect(ranges(config.trustedProxies)).toEqual(["172.16.0.0/12"])
+      // Secrets stay redacted wherever the config is printed.
+      expect(String(config.adminApiToken)).not.toContain(token)
+
+      expect((yield* load({ PORT: "4100", CLUSTER_RUNNER_PORT: "7000" })).clusterRunnerPort).toBe(7000)
+    }))
+
+  it.effect("an optional variable set to nothing is unset (VAR= in a compose file)", () =>
+    Effect.gen(function*() {
+      const config = yield* load({ DATABASE_URL: "", METRICS_TOKEN: " ", ADMIN_API_TOKEN: "", TOKEN_SIGNING_KEY: "" })
+      expect(config.databaseUrl).toEqual(Option.none())
+      expect(config.metricsToken).toEqual(Option.none())
+      expect(config.adminApiToken).toEqual(Option.none())
+      expect(config.tokenSigningKey).toEqual(Option.none())
+    }))
+
+  const invalid: ReadonlyArray<readonly [string, Record<string, string>]> = [
+    ["PORT", { PORT: "abc" }],
+    ["PORT", { PORT: "70000" }],
+    ["TOKEN_TTL_SECONDS", { TOKEN_TTL_SECONDS: "ten" }],
+    ["TOKEN_TTL_SECONDS", { TOKEN_TTL_SECONDS: "0" }],
+    ["DRAIN_MAX_MS", { DRAIN_MAX_MS: "-1" }],
+    ["ADMIN_API_TOKEN", { ADMIN_API_TOKEN: "short" }],
+    ["ADMIN_API_TOKEN", { ADMIN_API_TOKEN: "a".repeat(31) }],
+    ["TOKEN_SIGNING_KEY", { TOKEN_SIGNING_KEY: "too-short" }],
+    ["ADMIN_IP_ALLOWLIST", { ADMIN_IP_ALLOWLIST: "10.0.0.0/33" }],
+    ["ADMIN_IP_ALLOWLIST", { ADMIN_IP_ALLOWLIST: "127.0.0.1/8,localhost" }],
+    ["TRUSTED_PROXIES", { TRUSTED_PROXIES: "10.0.0.0/8,not-a-cidr" }],
+    ["RATE_LIMITS", { RATE_LIMITS: "{not json" }],
+    ["RATE_LIMITS", { RATE_LIMITS: "{\"upload\":{\"limit\":0,\"scale_ms\":1000}}" }],
+    ["RATE_LIMITS", { RATE_LIMITS: "{\"uplaod\":{\"limit\":1,\"scale_ms\":1000}}" }],
+    ["LOG_LEVEL", { LOG_LEVEL: "loud" }],
+    ["LOG_FORMAT", { LOG_FORMAT: "xml" }],
+    ["CLUSTER_RUNNER_PORT", { CLUSTER_RUNNER_PORT: "x" }]
+  ]
+  for (const [variable, env] of invalid) {
+    it.effect(`${variable}=${Object.values(env)[0]} fails naming ${variable}`, () =>
+      Effect.gen(function*() {
+        const error = yield* Effect.flip(load(env))
+        expect(namedVariables(error)).toEqual([variable])
+        expect(String(error)).not.toContain("\n")
+      }))
+  }
+
+  it.live("the process refuses to start with one stderr line naming the variable, exit 1", () =>
+    Effect.gen(function*() {
+      const child = yield* spawnInRepo("npx", ["tsx", "src/main.ts"], { ADMIN_API_TOKEN: "short" })
+      expect(yield* child.exited).toBe(1)
+      const lines = programLines(child.stderr())
+      expect(lines).toEqual([`parley: invalid configuration: ADMIN_API_TOKEN: must be at least 32 characters`])
+      expect(child.stdout()).toBe("")
+    }).pipe(Effect.scoped))
+})

@@ -1,0 +1,188 @@
+import { HttpLayerRouter } from "@effect/platform"
+import { NodeHttpServer } from "@effect/platform-node"
+import { describe, expect, it, layer } from "@effect/vitest"
+import { Effect, Layer, Logger } from "effect"
+import { createServer } from "node:http"
+import { EdgeMiddleware, MAX_JSON_BODY_BYTES } from "../src/http/EdgeMiddleware.js"
+import { RouteTableLive } from "../src/http/RouteTable.js"
+import { Lifecycle } from "../src/ops/Lifecycle.js"
+import { Metrics } from "../src/ops/Metrics.js"
+import { rawRequest } from "./support/RawHttp.js"
+import { envelope } from "./support/Envelope.js"
+import { ADMIN_TOKEN, admin, freePort, request, TestNode, TestNodeLive } from "./support/TestNode.js"
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
+
+const authorization = { authorization: `Bearer ${ADMIN_TOKEN}` }
+
+/** A tenant body a little over the JSON limit. */
+const oversizedBody = JSON.stringify({ tenant: { name: "x".repeat(MAX_JSON_BODY_BYTES) } })
+
+const raw = (options: Parameters<typeof rawRequest>[1]) =>
+  Effect.flatMap(TestNode, ({ baseUrl }) => rawRequest(baseUrl, options))
+
+layer(TestNodeLive(), { excludeTestServices: true })("HTTP edge", (it) => {
+  it.effect("an unknown route is 404 not_found in the envelope", () =>
+    Effect.gen(function*() {
+      const reply = yield* request("GET", "/api/v1/no/such/route")
+      expect(reply.status).toBe(404)
+      expect(reply.body).toEqual(envelope("not_found"))
+      const outsideApi = yield* request("POST", "/nowhere")
+      expect(outsideApi.status).toBe(404)
+      expect(outsideApi.body).toEqual(envelope("not_found"))
+    }))
+
+  it.effect("another method on a known route is 405 method_not_allowed with Allow", () =>
+    Effect.gen(function*() {
+      const reply = yield* admin("DELETE", "/tenants")
+      expect(reply.status).toBe(405)
+      expect(reply.body).toEqual(envelope("method_not_allowed"))
+      expect(reply.headers.get("allow")?.split(", ").sort()).toEqual(["GET", "POST"])
+      const item = yield* admin("POST", `/tenants/${crypto.randomUUID()}`)
+      expect(item.status).toBe(405)
+      expect(item.headers.get("allow")?.split(", ").sort()).toEqual(["DELETE", "GET", "PATCH", "PUT"])
+    }))
+
+  it.effect("Accept without JSON is 406 not_acceptable; */*, application/json and none are served", () =>
+    Effect.gen(function*() {
+      const html = yield* admin("GET", "/tenants", undefined, { accept: "text/html" })
+      expect(html.status).toBe(406)
+      expect(html.body).toEqual(envelope("not_acceptable"))
+      const refused = yield* admin("GET", "/tenants", undefined, { accept: "application/json;q=0, text/plain" })
+      expect(refused.status).toBe(406)
+      for (const accept of ["*/*", "application/json", "text/html, application/json;q=0.5"]) {
+        expect((yield* admin("GET", "/tenants", undefined, { accept })).status).toBe(200)
+      }
+      // fetch always sends an Accept header; node:http sends none.
+      const none = yield* raw({ method: "GET", path: "/api/v1/admin/tenants", headers: authorization })
+      expect(none.status).toBe(200)
+      // Probes are not part of the JSON API.
+      expect((yield* request("GET", "/health/live", { headers: { accept: "text/html" } })).status).toBe(200)
+    }))
+
+  it.effect("a body over 1 MiB is 413 payload_too_large, with a Content-Length and chunked", () =>
+    Effect.gen(function*() {
+      const expected = {
+        error: {
+          code: "payload_too_large",
+          message: expect.any(String),
+          details: { max_bytes: MAX_JSON_BODY_BYTES },
+          request_id: expect.any(String)
+        }
+      }
+      const headers = { ...authorization, "content-type": "application/json" }
+      const sized = yield* raw({
+        method: "POST",
+        path: "/api/v1/admin/tenants",
+        headers: { ...headers, "content-length": String(Buffer.byteLength(oversizedBody)) },
+        chunks: [oversizedBody]
+      })
+      expect(sized.status).toBe(413)
+      expect(JSON.parse(sized.text)).toEqual(expected)
+      const chunkedHeaders = { ...headers, "transfer-encoding": "chunked" }
+      const chunks = Array.from({ length: 17 }, (_, i) => oversizedBody.slice(i * 65536, (i + 1) * 65536))
+      const chunked = yield* raw({ method: "POST", path: "/api/v1/admin/tenants", headers: chunkedHeaders, chunks })
+      expect(chunked.status).toBe(413)
+      expect(JSON.parse(chunked.text)).toEqual(expected)
+      // A chunked body within the limit is read as usual, and the node is still serving.
+      const small = yield* raw({
+        method: "POST",
+        path: "/api/v1/admin/tenants",
+        headers: chunkedHeaders,
+        chunks: ['{"tenant":', '{"name":"chunked"}}']
+      })
+      expect(small.status).toBe(201)
+      expect(JSON.parse(small.text).data.name).toBe("chunked")
+    }))
+
+  it.effect("x-request-id is echoed when sane, generated otherwise, and equals error.request_id", () =>
+    Effect.gen(function*() {
+      const sane = yield* request("GET", "/api/v1/missing", { headers: { "x-request-id": "req-42.a:b@c_d" } })
+      expect(sane.headers.get("x-request-id")).toBe("req-42.a:b@c_d")
+      expect(sane.body.error.request_id).toBe("req-42.a:b@c_d")
+      for (const insane of [undefined, "x".repeat(500), "has spaces in it", ""]) {
+        const reply = yield* request("GET", "/api/v1/missing", {
+          headers: insane === undefined ? {} : { "x-request-id": insane }
+        })
+        const id = reply.headers.get("x-request-id")
+        expect(id).toMatch(UUID)
+        expect(reply.body.error.request_id).toBe(id)
+      }
+      const success = yield* admin("GET", "/tenants", undefined, { "x-request-id": "ok-1" })
+      expect(success.status).toBe(200)
+      expect(success.headers.get("x-request-id")).toBe("ok-1")
+    }))
+
+  it.effect("every error carries exactly the four envelope keys", () =>
+    Effect.gen(function*() {
+      const replies = [
+        yield* request("GET", "/api/v1/admin/tenants"),
+        yield* admin("GET", `/tenants/${crypto.randomUUID()}`),
+        yield* admin("GET", "/tenants/not-a-uuid"),
+        yield* admin("POST", "/tenants", { tenant: {} }),
+        yield* admin("DELETE", "/tenants"),
+        yield* request("GET", "/nowhere")
+      ]
+      for (const reply of replies) {
+        expect(reply.status).toBeGreaterThanOrEqual(400)
+        expect(Object.keys(reply.body).sort()).toEqual(["error"])
+        expect(Object.keys(reply.body.error).sort()).toEqual(["code", "details", "message", "request_id"])
+        expect(reply.body.error.request_id).toBe(reply.headers.get("x-request-id"))
+      }
+    }))
+})
+
+describe("HTTP edge: defects", () => {
+  /** A route that is a bug, behind the real edge, on its own server. */
+  const DefectApp = (port: number) =>
+    HttpLayerRouter.serve(
+      Layer.mergeAll(
+        HttpLayerRouter.add("GET", "/boom", Effect.die(new Error("secret internal detail at db.ts:42"))),
+        EdgeMiddleware
+      ),
+      { disableLogger: true, disableListenLog: true }
+    ).pipe(
+      Layer.provide(NodeHttpServer.layer(createServer, { host: "127.0.0.1", port })),
+      Layer.provide([Metrics.Default, Lifecycle.Default]),
+      Layer.provide(RouteTableLive([{ method: "GET", path: "/boom" }]))
+    )
+
+  interface Captured {
+    readonly message: unknown
+    readonly level: string
+    readonly annotations: Record<string, unknown>
+    readonly cause: string
+  }
+
+  it.scopedLive("a defect is 500 internal, reveals nothing and is logged once with the request id", () =>
+    Effect.gen(function*() {
+      const logs: Array<Captured> = []
+      const capture = Logger.make<unknown, void>(({ annotations, cause, logLevel, message }) => {
+        logs.push({
+          message,
+          level: logLevel.label,
+          annotations: Object.fromEntries(annotations),
+          cause: String(cause)
+        })
+      })
+      const port = yield* freePort
+      yield* Layer.build(DefectApp(port).pipe(Layer.provide(Logger.replace(Logger.defaultLogger, capture))))
+
+      const reply = yield* rawRequest(`http://127.0.0.1:${port}`, {
+        method: "GET",
+        path: "/boom",
+        headers: { "x-request-id": "defect-1" }
+      })
+      expect(reply.status).toBe(500)
+      expect(JSON.parse(reply.text)).toEqual({
+        error: { code: "internal", message: "internal error", details: null, request_id: "defect-1" }
+      })
+      expect(reply.text).not.toContain("secret")
+      expect(reply.text).not.toContain("db.ts")
+
+      const errors = logs.filter((log) => log.level === "ERROR")
+      expect(errors).toHaveLength(1)
+      expect(errors[0]!.annotations["request_id"]).toBe("defect-1")
+      expect(errors[0]!.cause).toContain("secret internal detail")
+    }))
+})

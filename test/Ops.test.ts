@@ -1,0 +1,92 @@
+import { expect, layer } from "@effect/vitest"
+import { Effect } from "effect"
+import { admin, request, TestNodeLive } from "./support/TestNode.js"
+
+const METRICS_TOKEN = "metrics-token-for-tests"
+
+/** The sample lines of a metric family in Prometheus text format. */
+const samples = (text: string, name: string) => text.split("\n").filter((line) => line.startsWith(`${name}{`) || line.startsWith(`${name} `))
+
+layer(TestNodeLive(), { excludeTestServices: true })("health probes and metrics", (it) => {
+  it.effect("/health/live is 200 {status: ok}", () =>
+    Effect.gen(function*() {
+      const reply = yield* request("GET", "/health/live")
+      expect(reply.status).toBe(200)
+      expect(reply.body).toEqual({ status: "ok" })
+    }))
+
+  it.effect("/health/ready is 200 with every check ok", () =>
+    Effect.gen(function*() {
+      const reply = yield* request("GET", "/health/ready")
+      expect(reply.status).toBe(200)
+      expect(reply.body).toEqual({
+        status: "ready",
+        checks: { database: "ok", job_runner: "ok", draining: "ok", migrations: "ok", pool: "ok" }
+      })
+    }))
+
+  it.effect("/metrics is open without METRICS_TOKEN and labels requests by route template and status", () =>
+    Effect.gen(function*() {
+      const id = crypto.randomUUID()
+      expect((yield* admin("GET", `/tenants/${id}`)).status).toBe(404)
+      expect((yield* admin("GET", `/tenants/${id}`)).status).toBe(404)
+      expect((yield* request("GET", "/no/such/page")).status).toBe(404)
+
+      const reply = yield* request("GET", "/metrics")
+      expect(reply.status).toBe(200)
+      expect(reply.headers.get("content-type")).toMatch(/^text\/plain; version=0\.0\.4/)
+      const text = reply.body as string
+
+      const requests = samples(text, "parley_http_requests_total")
+      expect(requests).toContain(
+        "parley_http_requests_total{route=\"/api/v1/admin/tenants/:id\",method=\"GET\",status=\"404\"} 2"
+      )
+      expect(requests).toContain("parley_http_requests_total{route=\"unmatched\",method=\"GET\",status=\"404\"} 1")
+      // Raw ids never become labels: one series per template, not per URL.
+      expect(text).not.toContain(id)
+
+      expect(text).toContain("# TYPE parley_http_request_duration_seconds histogram")
+      expect(samples(text, "parley_http_request_duration_seconds_bucket")).toContainEqual(
+        expect.stringMatching(/^parley_http_request_duration_seconds_bucket\{le="\+Inf",route="\/api\/v1\/admin\/tenants\/:id",method="GET",status="404"\} 2$/)
+      )
+      expect(samples(text, "parley_http_request_duration_seconds_count")).toContainEqual(
+        expect.stringContaining("route=\"/api/v1/admin/tenants/:id\"")
+      )
+
+      for (
+        const gauge of [
+          "parley_db_pool_connections",
+          "parley_db_pool_idle_connections",
+          "parley_db_pool_waiting_requests",
+          "parley_db_pool_wait_seconds_avg"
+        ]
+      ) {
+        expect(text).toContain(`# TYPE ${gauge} gauge`)
+        expect(samples(text, gauge)).toHaveLength(1)
+      }
+      expect(samples(text, "parley_db_pool_connections")[0]).toMatch(/^parley_db_pool_connections [1-9]\d*$/)
+      expect(samples(text, "parley_draining")).toEqual(["parley_draining 0"])
+    }))
+})
+
+layer(TestNodeLive({ METRICS_TOKEN }), { excludeTestServices: true })("metrics behind METRICS_TOKEN", (it) => {
+  it.effect("no or a wrong bearer token is 401, the right one 200; probes stay open", () =>
+    Effect.gen(function*() {
+      const none = yield* request("GET", "/metrics")
+      expect(none.status).toBe(401)
+      expect(none.headers.get("www-authenticate")).toBe("Bearer")
+      expect(none.body).not.toContain("parley_")
+      expect((yield* request("GET", "/metrics", { headers: { authorization: "Bearer wrong" } })).status).toBe(401)
+      expect((yield* request("GET", "/metrics", { headers: { authorization: METRICS_TOKEN } })).status).toBe(401)
+      expect(
+        (yield* request("GET", "/metrics", { headers: { authorization: `Basic ${METRICS_TOKEN}` } })).status
+      ).toBe(401)
+
+      const right = yield* request("GET", "/metrics", { headers: { authorization: `Bearer ${METRICS_TOKEN}` } })
+      expect(right.status).toBe(200)
+      expect(right.body).toContain("parley_http_requests_total")
+
+      expect((yield* request("GET", "/health/live")).status).toBe(200)
+      expect((yield* request("GET", "/health/ready")).status).toBe(200)
+    }))
+})

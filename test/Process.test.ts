@@ -1,0 +1,120 @@
+import { describe, expect, it } from "@effect/vitest"
+import { Duration, Effect } from "effect"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { holdOpenRequest } from "./support/RawHttp.js"
+import { type Child, programLines, readiness, spawnInRepo, waitUntilReady } from "./support/Spawn.js"
+import { serverUrl, TestDatabase, TestDatabaseLive } from "./support/TestDatabase.js"
+import { ADMIN_TOKEN, freePort } from "./support/TestNode.js"
+
+/** What `npm start` needs beyond its defaults; no DATABASE_URL unless a test adds one. */
+const nodeEnv = (port: number, extra: Record<string, string>) => ({
+  PORT: String(port),
+  HOST: "127.0.0.1",
+  ADMIN_API_TOKEN: ADMIN_TOKEN,
+  LOG_LEVEL: "warning",
+  ...extra
+})
+
+/** The real `npm start`, ready to serve; the scope kills it if it is still running. */
+const startNode = (env: Record<string, string>) =>
+  Effect.gen(function*() {
+    const port = yield* freePort
+    const child = yield* spawnInRepo("npm", ["start"], nodeEnv(port, env))
+    const baseUrl = `http://127.0.0.1:${port}`
+    yield* waitUntilReady(child, baseUrl)
+    return { child, baseUrl }
+  })
+
+const adminCall = (baseUrl: string, method: string, path: string, body?: unknown) =>
+  Effect.promise(async () => {
+    const response = await fetch(`${baseUrl}/api/v1/admin${path}`, {
+      method,
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}`, "content-type": "application/json" },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) })
+    })
+    return { status: response.status, body: await response.json() as { data: { id: string; name: string } } }
+  })
+
+/**
+ * Sends SIGTERM to `npm start` (as an orchestrator does to the container's first process) and
+ * records what readiness answers until nothing answers any more. Waits for the exit, at most
+ * `drainMaxMs` and a little for npm itself to finish.
+ */
+const stopAndWatch = (child: Child, baseUrl: string, drainMaxMs: number) =>
+  Effect.gen(function*() {
+    child.process.kill("SIGTERM")
+    const seen: Array<string> = []
+    while (child.process.exitCode === null) {
+      const answer = yield* readiness(baseUrl)
+      if (answer === null) break
+      seen.push(`${answer.status} ${answer.state}${answer.connection === "close" ? " (connection: close)" : ""}`)
+      yield* Effect.sleep("100 millis")
+    }
+    return { code: yield* child.exited, seen }
+  }).pipe(
+    Effect.timeoutFail({
+      duration: Duration.millis(drainMaxMs + 5000),
+      onTimeout: () => new Error(`still running after DRAIN_MAX_MS:\n${child.stderr()}`)
+    })
+  )
+
+const TempDir = Effect.acquireRelease(
+  Effect.sync(() => mkdtempSync(join(tmpdir(), "parley-process-"))),
+  (dir) => Effect.sync(() => rmSync(dir, { recursive: true, force: true }))
+)
+
+describe("the node as a process", () => {
+  it.live(
+    "npm start runs on the embedded database, drains on SIGTERM, exits 0 and keeps its data",
+    () =>
+      Effect.gen(function*() {
+        const dataDir = yield* TempDir
+        const env = { DATA_DIR: dataDir, DRAIN_REFUSE_MS: "1500", DRAIN_MAX_MS: "10000" }
+
+        const first = yield* startNode(env)
+        const created = yield* adminCall(first.baseUrl, "POST", "/tenants", { tenant: { name: "Persisted" } })
+        expect(created.status).toBe(201)
+        const id = created.body.data.id
+        const read = yield* adminCall(first.baseUrl, "GET", `/tenants/${id}`)
+        expect(read.status).toBe(200)
+        expect(read.body.data.name).toBe("Persisted")
+
+        const stopped = yield* stopAndWatch(first.child, first.baseUrl, 10000)
+        expect(stopped.code).toBe(0)
+        // Draining answers close their connection, so that none is left for the next request.
+        expect(stopped.seen).toContain("503 draining (connection: close)")
+        // Once draining, the node never reports ready again.
+        expect(stopped.seen.slice(stopped.seen.indexOf("503 draining (connection: close)"))).not.toContain("200 ready")
+        expect(programLines(first.child.stderr())).toEqual([])
+
+        const second = yield* startNode(env)
+        const again = yield* adminCall(second.baseUrl, "GET", `/tenants/${id}`)
+        expect(again.status).toBe(200)
+        expect(again.body.data.name).toBe("Persisted")
+        expect((yield* stopAndWatch(second.child, second.baseUrl, 10000)).code).toBe(0)
+      }).pipe(Effect.scoped),
+    120_000
+  )
+
+  it.live.skipIf(serverUrl === undefined)(
+    "on PostgreSQL, SIGTERM with a request held open still exits 0 within DRAIN_MAX_MS",
+    () =>
+      Effect.gen(function*() {
+        const { dataDir, url } = yield* TestDatabase
+        const node = yield* startNode({
+          DATABASE_URL: url ?? "",
+          DATA_DIR: dataDir,
+          DRAIN_REFUSE_MS: "500",
+          DRAIN_MAX_MS: "3000"
+        })
+        // A request whose body never ends: the server is busy with it until the process stops.
+        yield* holdOpenRequest(node.baseUrl, "/api/v1/admin/tenants", { authorization: `Bearer ${ADMIN_TOKEN}` })
+        const stopped = yield* stopAndWatch(node.child, node.baseUrl, 3000)
+        expect(stopped.code).toBe(0)
+        expect(stopped.seen).toContain("503 draining (connection: close)")
+      }).pipe(Effect.scoped, Effect.provide(TestDatabaseLive)),
+    60_000
+  )
+})
