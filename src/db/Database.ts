@@ -1,7 +1,5 @@
 import { PgClient } from "@effect/sql-pg"
 import { SqlError } from "@effect/sql/SqlError"
-import { PGlite } from "@electric-sql/pglite"
-import { PGLiteSocketServer } from "@electric-sql/pglite-socket"
 import { Context, Effect, Layer, Option, Redacted, Runtime } from "effect"
 import { mkdirSync } from "node:fs"
 import { createServer } from "node:net"
@@ -67,7 +65,8 @@ const embeddedServer = (dataDir: string) =>
     mkdirSync(directory, { recursive: true })
     const db = yield* Effect.acquireRelease(
       Effect.tryPromise({
-        try: () => PGlite.create(directory),
+        // Loaded only here: a node on PostgreSQL never pays for the WebAssembly database.
+        try: () => import("@electric-sql/pglite").then(({ PGlite }) => PGlite.create(directory)),
         catch: (cause) => new SqlError({ cause, message: `cannot open the embedded database in ${directory}` })
       }),
       (db) => Effect.promise(() => db.close().catch(() => undefined))
@@ -76,6 +75,7 @@ const embeddedServer = (dataDir: string) =>
     yield* Effect.acquireRelease(
       Effect.tryPromise({
         try: async () => {
+          const { PGLiteSocketServer } = await import("@electric-sql/pglite-socket")
           const server = new PGLiteSocketServer({ db, host: "127.0.0.1", port, maxConnections: EMBEDDED_POOL_SIZE + 8 })
           await server.start()
           return server
