@@ -1,4 +1,4 @@
-import { Schema } from "effect"
+import { Schema, Struct } from "effect"
 
 /** Every activity type a client may post; `deliveryReceipt` is internal and refused. */
 export const ActivityType = Schema.Literal(
@@ -37,17 +37,20 @@ export class Activity extends Schema.Class<Activity>("Activity")({
 }) {}
 
 /** An activity accepted by validation, before it has a seq: what the conversation entity appends. */
-export class ActivityDraft extends Schema.Class<ActivityDraft>("ActivityDraft")({
-  /** Chosen before the entity call, so a call re-sent after a crash is recognised. */
-  id: Schema.UUID,
-  type: ActivityType,
-  sender: Schema.String,
-  text: Schema.NullOr(Schema.String),
-  attachments: Schema.Array(JsonObject),
-  metadata: JsonObject,
-  idempotency_key: Schema.NullOr(Schema.String),
-  reply_to_id: Schema.NullOr(Schema.UUID),
-  message_type: Schema.NullOr(Schema.String),
-  payload: Schema.NullOr(JsonObject),
-  source_channel_id: Schema.NullOr(Schema.UUID)
-}) {}
+export class ActivityDraft extends Schema.Class<ActivityDraft>("ActivityDraft")(
+  // `id` is chosen before the entity call, so a call re-sent after a crash is recognised.
+  Struct.pick(
+    Activity.fields,
+    "id",
+    "type",
+    "sender",
+    "text",
+    "attachments",
+    "metadata",
+    "idempotency_key",
+    "reply_to_id",
+    "message_type",
+    "payload",
+    "source_channel_id"
+  )
+) {}

@@ -1,10 +1,10 @@
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema } from "@effect/platform"
 import { Schema } from "effect"
-import { Conflict, NotFound, PreconditionFailed, Unavailable, ValidationFailed } from "../domain/ApiError.js"
+import { Conflict } from "../domain/ApiError.js"
 import { Channel, ChannelInput, ChannelWithSecret } from "../domain/Channel.js"
 import { IfMatchHeaders } from "./AdminApi.js"
-import { ManageAuth } from "./ApiKeyAuth.js"
 import { envelope } from "./ErrorEnvelope.js"
+import { manageGroup } from "./ManageApi.js"
 
 /** `/channels/:id`; a malformed id is 400. */
 export const ChannelPath = Schema.Struct({ id: Schema.UUID })
@@ -19,31 +19,26 @@ const update = <const Name extends string>(endpoint: HttpApiEndpoint.HttpApiEndp
     .addError(envelope(Conflict))
 
 /** A tenant's channels (`/api/v1/manage/channels`), server-apis.md "Management API". */
-export class ChannelsApi extends HttpApiGroup.make("channels")
-  .add(HttpApiEndpoint.get("listChannels", "/channels").addSuccess(Schema.Struct({ data: Schema.Array(Channel) })))
-  .add(
-    HttpApiEndpoint.post("createChannel", "/channels")
-      .setPayload(ChannelBody)
-      .addSuccess(Schema.Struct({ data: ChannelWithSecret }), { status: 201 })
-  )
-  .add(HttpApiEndpoint.get("getChannel", "/channels/:id").setPath(ChannelPath).addSuccess(Schema.Struct({ data: Channel })))
-  .add(update(HttpApiEndpoint.put("putChannel", "/channels/:id")))
-  .add(update(HttpApiEndpoint.patch("patchChannel", "/channels/:id")))
-  .add(
-    HttpApiEndpoint.del("deleteChannel", "/channels/:id")
-      .setPath(ChannelPath)
-      .setHeaders(IfMatchHeaders)
-      .addSuccess(HttpApiSchema.NoContent)
-  )
-  .add(
-    HttpApiEndpoint.post("rotateChannelSecret", "/channels/:id/rotate_secret")
-      .setPath(ChannelPath)
-      .addSuccess(Schema.Struct({ data: ChannelWithSecret }))
-  )
-  .addError(envelope(NotFound))
-  .addError(envelope(ValidationFailed))
-  .addError(envelope(PreconditionFailed))
-  .addError(envelope(Unavailable))
-  .middleware(ManageAuth)
-  .prefix("/api/v1/manage")
-{}
+export class ChannelsApi extends manageGroup(
+  HttpApiGroup.make("channels")
+    .add(HttpApiEndpoint.get("listChannels", "/channels").addSuccess(Schema.Struct({ data: Schema.Array(Channel) })))
+    .add(
+      HttpApiEndpoint.post("createChannel", "/channels")
+        .setPayload(ChannelBody)
+        .addSuccess(Schema.Struct({ data: ChannelWithSecret }), { status: 201 })
+    )
+    .add(HttpApiEndpoint.get("getChannel", "/channels/:id").setPath(ChannelPath).addSuccess(Schema.Struct({ data: Channel })))
+    .add(update(HttpApiEndpoint.put("putChannel", "/channels/:id")))
+    .add(update(HttpApiEndpoint.patch("patchChannel", "/channels/:id")))
+    .add(
+      HttpApiEndpoint.del("deleteChannel", "/channels/:id")
+        .setPath(ChannelPath)
+        .setHeaders(IfMatchHeaders)
+        .addSuccess(HttpApiSchema.NoContent)
+    )
+    .add(
+      HttpApiEndpoint.post("rotateChannelSecret", "/channels/:id/rotate_secret")
+        .setPath(ChannelPath)
+        .addSuccess(Schema.Struct({ data: ChannelWithSecret }))
+    )
+) {}

@@ -1,10 +1,8 @@
 import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema } from "@effect/platform"
 import { Schema } from "effect"
-import { NotFound, PreconditionFailed, Unavailable, ValidationFailed } from "../domain/ApiError.js"
 import { PortalUser, UserInput } from "../domain/PortalUser.js"
 import { IfMatchHeaders } from "./AdminApi.js"
-import { ManageAuth } from "./ApiKeyAuth.js"
-import { envelope } from "./ErrorEnvelope.js"
+import { manageGroup } from "./ManageApi.js"
 
 const UserPath = Schema.Struct({ id: Schema.UUID })
 const UserBody = Schema.Struct({ user: UserInput })
@@ -14,22 +12,17 @@ const updateUser = <const Name extends string>(endpoint: HttpApiEndpoint.HttpApi
   endpoint.setPath(UserPath).setHeaders(IfMatchHeaders).setPayload(UserBody).addSuccess(UserData)
 
 /** The tenant's portal users (`/api/v1/manage/users`). */
-export class UsersApi extends HttpApiGroup.make("users")
-  .add(HttpApiEndpoint.get("listUsers", "/users").addSuccess(Schema.Struct({ data: Schema.Array(PortalUser) })))
-  .add(HttpApiEndpoint.post("createUser", "/users").setPayload(UserBody).addSuccess(UserData, { status: 201 }))
-  .add(HttpApiEndpoint.get("getUser", "/users/:id").setPath(UserPath).addSuccess(UserData))
-  .add(updateUser(HttpApiEndpoint.put("putUser", "/users/:id")))
-  .add(updateUser(HttpApiEndpoint.patch("patchUser", "/users/:id")))
-  .add(
-    HttpApiEndpoint.del("deleteUser", "/users/:id")
-      .setPath(UserPath)
-      .setHeaders(IfMatchHeaders)
-      .addSuccess(HttpApiSchema.NoContent)
-  )
-  .addError(envelope(NotFound))
-  .addError(envelope(ValidationFailed))
-  .addError(envelope(PreconditionFailed))
-  .addError(envelope(Unavailable))
-  .middleware(ManageAuth)
-  .prefix("/api/v1/manage")
-{}
+export class UsersApi extends manageGroup(
+  HttpApiGroup.make("users")
+    .add(HttpApiEndpoint.get("listUsers", "/users").addSuccess(Schema.Struct({ data: Schema.Array(PortalUser) })))
+    .add(HttpApiEndpoint.post("createUser", "/users").setPayload(UserBody).addSuccess(UserData, { status: 201 }))
+    .add(HttpApiEndpoint.get("getUser", "/users/:id").setPath(UserPath).addSuccess(UserData))
+    .add(updateUser(HttpApiEndpoint.put("putUser", "/users/:id")))
+    .add(updateUser(HttpApiEndpoint.patch("patchUser", "/users/:id")))
+    .add(
+      HttpApiEndpoint.del("deleteUser", "/users/:id")
+        .setPath(UserPath)
+        .setHeaders(IfMatchHeaders)
+        .addSuccess(HttpApiSchema.NoContent)
+    )
+) {}
