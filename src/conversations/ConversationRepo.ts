@@ -126,7 +126,7 @@ export class ConversationRepo extends Effect.Service<ConversationRepo>()("parley
         yield* sql`INSERT INTO conversation_channels (conversation_id, channel_id, role) VALUES (${id}, ${input.channelId}, 'origin')`
         const row = yield* findRow({ tenantId: input.tenantId, id })
         return yield* Option.match(row, {
-          onNone: () => Effect.die("a conversation just inserted cannot be read back"),
+          onNone: () => Effect.dieMessage("a conversation just inserted cannot be read back"),
           onSome: (found) => Effect.succeed(toConversation(found, false))
         })
       }).pipe(sql.withTransaction)
