@@ -23,6 +23,8 @@ export const ClusterLive = Layer.unwrapEffect(
         isLoopback(config.clusterRunnerHost) ? address : RunnerAddress.make("0.0.0.0", config.clusterRunnerPort)
       ),
       shardLockExpiration: Duration.millis(config.clusterShardLockExpirationMs),
+      // Calls to entities on this node skip a msgpack round trip; remote calls are encoded anyway.
+      simulateRemoteSerialization: false,
       entityTerminationTimeout: Duration.millis(config.clusterEntityTerminationTimeoutMs)
     }
     return embedded
