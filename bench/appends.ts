@@ -1,0 +1,811 @@
+/**
+ * `npm run bench`: appends over HTTP through the tenant API. A tool, not a test (see bench/README.md).
+ *
+ * On a fresh database (`CREATE DATABASE parley_bench_<random>` on DATABASE_URL, dropped at the end)
+ * it starts a Parley node as a child process, creates one tenant (activity_create limit raised), one
+ * webhook channel and K conversations, and drives `POST /api/v1/conversations/:id/activities` with C
+ * concurrent keep-alive clients: a warm-up, then a measured window; then the same C clients on one
+ * conversation. Parley is stopped, and the same load goes to a minimal node:http + pg server doing
+ * one plain INSERT per request (bench/baseline-server.ts). It prints one table (Parley, its floor,
+ * the single conversation), the ratio, and the machine's core count and CPU model.
+ *
+ * Flags (or environment variables):
+ *   --clients C        BENCH_CLIENTS        concurrent clients (64)
+ *   --conversations K  BENCH_CONVERSATIONS  conversations the clients spread over (1000)
+ *   --warmup S         BENCH_WARMUP_S       seconds of warm-up per scenario (3); it goes on until every
+ *                                           conversation has had a request (60 s more at most)
+ *   --duration S       BENCH_DURATION_S     measured seconds per scenario (10)
+ *   --only LIST        BENCH_ONLY           scenarios to run: parley,baseline,single (all)
+ *   --probe            BENCH_PROBE=1        preload bench/probe.ts into the servers: SQL statements,
+ *                                           Effect fibers, GC and event-loop use per request, inside the
+ *                                           window (BENCH_PROBE_OPS=1: Effect instructions as well)
+ *   --cpu-profile DIR  BENCH_CPU_PROFILE    implies --probe: a .cpuprofile of each window (and a
+ *                                           .heapprofile with BENCH_HEAP_PROFILE=1); read them with
+ *                                           bench/profile-summary.ts
+ *   DATABASE_URL       server to create the database on (postgres://postgres@127.0.0.1:5432/postgres)
+ *
+ * The load generator runs in this process and shares the machine's cores with the server and
+ * PostgreSQL, so it is kept lean (node:http, one pre-built body, no JSON parsing of answers). The
+ * CPU columns split the measured window's CPU time (in cores) between the server process, its
+ * PostgreSQL backends, this load generator and everything else on the machine ("other": WAL writer,
+ * checkpointer, kernel, and any unrelated process; a large value means the run was disturbed).
+ */
+import { type ChildProcess, spawn } from "node:child_process"
+import { randomBytes, randomUUID } from "node:crypto"
+import { createWriteStream, existsSync, mkdirSync, readFileSync } from "node:fs"
+import { Agent, request } from "node:http"
+import { createServer } from "node:net"
+import os from "node:os"
+import { dirname, join, resolve } from "node:path"
+import { performance } from "node:perf_hooks"
+import { fileURLToPath } from "node:url"
+import Pg from "pg"
+import type { ProbeReport } from "./probe.js"
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..")
+const POOL_SIZE = 10 // Parley's pool size (src/db/Database.ts); the baseline uses the same.
+/** How much longer than asked a warm-up may run to reach every conversation once. */
+const MAX_EXTRA_WARMUP_MS = 60_000
+const BODY = Buffer.from(JSON.stringify({ text: "hello from the benchmark" }))
+
+// ---------------------------------------------------------------------------------------------
+// Options
+
+type Scenario = "parley" | "baseline" | "single"
+
+interface Options {
+  readonly clients: number
+  readonly conversations: number
+  readonly warmupMs: number
+  readonly durationMs: number
+  readonly only: ReadonlySet<Scenario>
+  readonly probe: boolean
+  readonly cpuProfileDir: string | undefined
+  readonly serverUrl: string
+}
+
+const usage = () => {
+  console.log("usage: npm run bench -- [--clients C] [--conversations K] [--warmup S] [--duration S] " +
+    "[--only parley,baseline,single] [--probe] [--cpu-profile DIR]")
+}
+
+const parseOptions = (argv: ReadonlyArray<string>): Options => {
+  const flags = new Map<string, string>()
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!
+    if (arg === "--help" || arg === "-h") {
+      usage()
+      process.exit(0)
+    }
+    if (!arg.startsWith("--")) throw new Error(`unexpected argument ${arg}`)
+    const [name, inline] = arg.slice(2).split("=", 2) as [string, string | undefined]
+    if (name === "probe") flags.set(name, inline ?? "1")
+    else {
+      const value = inline ?? argv[++i]
+      if (value === undefined) throw new Error(`--${name} needs a value`)
+      flags.set(name, value)
+    }
+  }
+  const known = new Set(["clients", "conversations", "warmup", "duration", "only", "probe", "cpu-profile"])
+  for (const name of flags.keys()) if (!known.has(name)) throw new Error(`unknown flag --${name}`)
+
+  const value = (flag: string, env: string) => flags.get(flag) ?? process.env[env]
+  const positive = (flag: string, env: string, fallback: number) => {
+    const text = value(flag, env)
+    if (text === undefined) return fallback
+    const n = Number(text)
+    if (!Number.isFinite(n) || n <= 0) throw new Error(`--${flag} must be a positive number, got ${text}`)
+    return n
+  }
+  const onlyText = value("only", "BENCH_ONLY") ?? "parley,baseline,single"
+  const only = new Set<Scenario>()
+  for (const name of onlyText.split(",").map((s) => s.trim()).filter((s) => s.length > 0)) {
+    if (name !== "parley" && name !== "baseline" && name !== "single") throw new Error(`unknown scenario ${name}`)
+    only.add(name)
+  }
+  const probeText = value("probe", "BENCH_PROBE")
+  const cpuProfile = value("cpu-profile", "BENCH_CPU_PROFILE")
+  return {
+    clients: Math.floor(positive("clients", "BENCH_CLIENTS", 64)),
+    conversations: Math.floor(positive("conversations", "BENCH_CONVERSATIONS", 1000)),
+    warmupMs: positive("warmup", "BENCH_WARMUP_S", 3) * 1000,
+    durationMs: positive("duration", "BENCH_DURATION_S", 10) * 1000,
+    only,
+    probe: (probeText !== undefined && probeText !== "0") || cpuProfile !== undefined,
+    cpuProfileDir: cpuProfile === undefined ? undefined : resolve(cpuProfile),
+    serverUrl: process.env["DATABASE_URL"] ?? "postgres://postgres@127.0.0.1:5432/postgres"
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Child processes: every one is killed when the bench ends, however it ends.
+
+interface Child {
+  readonly name: string
+  readonly process: ChildProcess
+  readonly port: number
+  readonly logFile: string
+  readonly probeFile: string | undefined
+  exited: boolean
+}
+
+const children = new Set<Child>()
+/** Set by Ctrl-C (SIGINT) or SIGTERM: load stops at once and everything is torn down. */
+let interruptedBy: NodeJS.Signals | undefined
+
+const freePort = () =>
+  new Promise<number>((resolvePort, reject) => {
+    const server = createServer()
+    server.once("error", reject)
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address()
+      const port = typeof address === "object" && address !== null ? address.port : 0
+      server.close(() => resolvePort(port))
+    })
+  })
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms))
+
+const tail = (file: string, lines = 30) => {
+  try {
+    return readFileSync(file, "utf8").split("\n").slice(-lines).join("\n")
+  } catch {
+    return ""
+  }
+}
+
+/** Starts `node --import tsx <script>` (plus the probe when asked) with its output in a log file. */
+const startChild = (
+  name: string,
+  script: string,
+  port: number,
+  env: Record<string, string>,
+  workDir: string,
+  options: Options
+): Child => {
+  const logFile = join(workDir, `${name}.log`)
+  const probeFile = options.probe ? join(workDir, `${name}.probe.jsonl`) : undefined
+  const args = ["--import", "tsx", ...(options.probe ? ["--import", join(ROOT, "bench/probe.ts")] : []), script]
+  const child = spawn(process.execPath, args, {
+    cwd: ROOT,
+    env: {
+      ...process.env,
+      ...env,
+      ...(probeFile === undefined ? {} : { BENCH_PROBE_OUT: probeFile, BENCH_PROBE_NAME: name }),
+      ...(options.cpuProfileDir === undefined ? {} : { BENCH_CPU_PROFILE_DIR: options.cpuProfileDir })
+    },
+    stdio: ["ignore", "pipe", "pipe"]
+  })
+  const log = createWriteStream(logFile)
+  child.stdout?.pipe(log)
+  child.stderr?.pipe(log)
+  const handle: Child = { name, process: child, port, logFile, probeFile, exited: false }
+  children.add(handle)
+  child.once("exit", () => {
+    handle.exited = true
+    children.delete(handle)
+  })
+  return handle
+}
+
+const stopChild = async (child: Child) => {
+  if (child.exited) return
+  const exited = new Promise<void>((r) => child.process.once("exit", () => r()))
+  child.process.kill("SIGTERM")
+  const timer = setTimeout(() => child.process.kill("SIGKILL"), interruptedBy === undefined ? 15_000 : 3_000)
+  await exited
+  clearTimeout(timer)
+}
+
+/** One HTTP exchange for setup (not measured). */
+const call = (port: number, method: string, path: string, headers: Record<string, string>, body?: unknown) =>
+  new Promise<{ status: number; body: unknown }>((resolveCall, reject) => {
+    const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body))
+    const req = request(
+      {
+        host: "127.0.0.1",
+        port,
+        method,
+        path,
+        headers: {
+          ...headers,
+          ...(payload === undefined ? {} : { "content-type": "application/json", "content-length": payload.length })
+        }
+      },
+      (res) => {
+        const chunks: Array<Buffer> = []
+        res.on("data", (chunk: Buffer) => chunks.push(chunk))
+        res.on("end", () => {
+          const text = Buffer.concat(chunks).toString("utf8")
+          let parsed: unknown = text
+          try {
+            parsed = text === "" ? null : JSON.parse(text)
+          } catch {
+            // not JSON: keep the text
+          }
+          resolveCall({ status: res.statusCode ?? 0, body: parsed })
+        })
+      }
+    )
+    req.on("error", reject)
+    req.end(payload)
+  })
+
+const waitUntilServing = async (child: Child, path: string, timeoutMs = 90_000) => {
+  const deadline = Date.now() + timeoutMs
+  while (Date.now() < deadline) {
+    if (child.exited) throw new Error(`${child.name} exited during start-up:\n${tail(child.logFile)}`)
+    try {
+      const reply = await call(child.port, "GET", path, {})
+      if (reply.status < 500) return
+    } catch {
+      // not listening yet
+    }
+    await sleep(200)
+  }
+  throw new Error(`${child.name} did not become ready within ${timeoutMs / 1000} s:\n${tail(child.logFile)}`)
+}
+
+// ---------------------------------------------------------------------------------------------
+// CPU accounting from /proc (Linux); zeros elsewhere.
+
+const CLOCK_TICKS = 100
+
+/** utime + stime of a process (all its threads), in seconds. */
+const processCpu = (pid: number): number => {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS
+  } catch {
+    return 0
+  }
+}
+
+/** Busy CPU seconds of the whole machine (all cores). */
+const machineBusy = (): number => {
+  try {
+    const line = readFileSync("/proc/stat", "utf8").split("\n")[0]!
+    // user nice system idle iowait irq softirq steal: everything but idle and iowait is busy.
+    const ticks = line.trim().split(/\s+/).slice(1, 9).map(Number)
+    return ticks.reduce((sum, t, i) => (i === 3 || i === 4 ? sum : sum + t), 0) / CLOCK_TICKS
+  } catch {
+    return 0
+  }
+}
+
+interface CpuSnapshot {
+  readonly server: number
+  readonly pg: number
+  readonly generator: number
+  readonly machine: number
+}
+
+const snapshot = (serverPid: number, pgPids: ReadonlyArray<number>): CpuSnapshot => ({
+  server: processCpu(serverPid),
+  pg: pgPids.reduce((sum, pid) => sum + processCpu(pid), 0),
+  generator: (() => {
+    const usage = process.cpuUsage()
+    return (usage.user + usage.system) / 1e6
+  })(),
+  machine: machineBusy()
+})
+
+// ---------------------------------------------------------------------------------------------
+// Load generator
+
+interface DriveResult {
+  /** Latencies (ms) of the requests that completed inside the window. */
+  readonly latencies: Float64Array
+  readonly windowMs: number
+  /** How long the warm-up really took. */
+  readonly warmupMs: number
+  /** Non-2xx answers and transport failures, warm-up included. */
+  readonly errors: number
+  readonly errorSamples: ReadonlyArray<string>
+  readonly cpu: { readonly server: number; readonly pg: number; readonly generator: number; readonly other: number }
+}
+
+interface DriveTarget {
+  readonly port: number
+  readonly serverPid: number
+  readonly paths: ReadonlyArray<string>
+  readonly headers: Record<string, string | number>
+  /** Backend pids of the database, fetched shortly before the window opens. */
+  readonly pgPids: () => Promise<ReadonlyArray<number>>
+  readonly onWindow: (edge: "open" | "close") => void
+  /** Why the run must end early (the server exited, the bench was interrupted), or undefined. */
+  readonly abort: () => string | undefined
+}
+
+/**
+ * C clients, each sending one request at a time on a keep-alive socket, conversations taken round
+ * robin. Counts completions inside [window open, window close]; then lets in-flight requests finish.
+ */
+const drive = (target: DriveTarget, clients: number, warmupMs: number, durationMs: number) =>
+  new Promise<DriveResult>((resolveDrive, rejectDrive) => {
+    const agent = new Agent({ keepAlive: true, maxSockets: clients, maxFreeSockets: clients })
+    const headers = { ...target.headers, "content-type": "application/json", "content-length": BODY.length }
+    let latencies = new Float64Array(1 << 16)
+    let recorded = 0
+    let errors = 0
+    const errorSamples: Array<string> = []
+    let next = 0
+    let windowStart = Number.POSITIVE_INFINITY
+    let windowEnd = Number.POSITIVE_INFINITY
+    let stopping = false
+    let active = clients
+    let pgPids: ReadonlyArray<number> = []
+    let warmedMs = 0
+    let before: CpuSnapshot | undefined
+    let after: CpuSnapshot | undefined
+
+    const fail = (message: string) => {
+      errors += 1
+      if (errorSamples.length < 5) errorSamples.push(message)
+    }
+
+    const record = (ms: number) => {
+      if (recorded === latencies.length) {
+        const bigger = new Float64Array(latencies.length * 2)
+        bigger.set(latencies)
+        latencies = bigger
+      }
+      latencies[recorded++] = ms
+    }
+
+    let abortReason: string | undefined
+    const timers = new Set<NodeJS.Timeout>()
+    const later = (f: () => void, ms: number) => {
+      const timer = setTimeout(() => {
+        timers.delete(timer)
+        f()
+      }, ms)
+      timers.add(timer)
+    }
+
+    const done = () => {
+      if (!stopping) {
+        abortReason = target.abort()
+        if (abortReason !== undefined) stopping = true
+      }
+      if (stopping) {
+        active -= 1
+        if (active === 0) {
+          agent.destroy()
+          for (const timer of timers) clearTimeout(timer)
+          if (abortReason !== undefined) return rejectDrive(new Error(abortReason))
+          const b = before!
+          const a = after!
+          const server = a.server - b.server
+          const pg = a.pg - b.pg
+          const generator = a.generator - b.generator
+          const seconds = (windowEnd - windowStart) / 1000
+          resolveDrive({
+            latencies: latencies.subarray(0, recorded),
+            windowMs: windowEnd - windowStart,
+            warmupMs: warmedMs,
+            errors,
+            errorSamples,
+            cpu: {
+              server: server / seconds,
+              pg: pg / seconds,
+              generator: generator / seconds,
+              other: Math.max(0, a.machine - b.machine - server - pg - generator) / seconds
+            }
+          })
+        }
+        return
+      }
+      issue()
+    }
+
+    const issue = () => {
+      const path = target.paths[next++ % target.paths.length]!
+      const started = performance.now()
+      let settled = false
+      const req = request(
+        { agent, host: "127.0.0.1", port: target.port, method: "POST", path, headers },
+        (res) => {
+          const status = res.statusCode ?? 0
+          const ok = status >= 200 && status < 300
+          let errorBody = ""
+          res.on("data", (chunk: Buffer) => {
+            if (!ok && errorBody.length < 300) errorBody += chunk.toString("utf8")
+          })
+          res.on("end", () => {
+            if (settled) return
+            settled = true
+            const finished = performance.now()
+            if (!ok) fail(`${status} ${errorBody.slice(0, 300)}`)
+            else if (finished >= windowStart && finished <= windowEnd) record(finished - started)
+            done()
+          })
+        }
+      )
+      req.setTimeout(30_000, () => req.destroy(new Error("no answer within 30 s")))
+      req.on("error", (error) => {
+        if (settled) return
+        settled = true
+        fail(`transport: ${error.message}`)
+        done()
+      })
+      req.end(BODY)
+    }
+
+    // The window opens once the warm-up time is over and every conversation has had a request
+    // (so entity start-up and state loads stay out of it), at the latest after MAX_EXTRA_WARMUP_MS.
+    const began = performance.now()
+    const openWindow = () => {
+      const overdue = performance.now() - began > warmupMs + MAX_EXTRA_WARMUP_MS
+      if (stopping) return
+      if (next < target.paths.length && !overdue) return later(openWindow, 50)
+      void target.pgPids().then((pids) => {
+        if (stopping) return
+        pgPids = pids
+        windowStart = performance.now()
+        warmedMs = windowStart - began
+        before = snapshot(target.serverPid, pgPids)
+        target.onWindow("open")
+        later(() => {
+          windowEnd = performance.now()
+          after = snapshot(target.serverPid, pgPids)
+          target.onWindow("close")
+          stopping = true
+        }, durationMs)
+      })
+    }
+    later(openWindow, warmupMs)
+
+    for (let i = 0; i < clients; i++) issue()
+  })
+
+// ---------------------------------------------------------------------------------------------
+// Scenarios
+
+interface Row {
+  readonly scenario: string
+  readonly clients: number
+  readonly conversations: number
+  readonly requests: number
+  readonly perSecond: number
+  readonly p50: number
+  readonly p99: number
+  readonly errors: number
+  readonly errorSamples: ReadonlyArray<string>
+  readonly cpu: DriveResult["cpu"]
+  readonly probe: ProbeReport | undefined
+}
+
+const percentile = (sorted: Float64Array, q: number) =>
+  sorted.length === 0 ? Number.NaN : sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))]!
+
+const withDatabase = async <A>(url: string, f: (client: Pg.Client) => Promise<A>): Promise<A> => {
+  const client = new Pg.Client({ connectionString: url, application_name: "parley-bench-setup" })
+  await client.connect()
+  try {
+    return await f(client)
+  } finally {
+    await client.end()
+  }
+}
+
+const backendPids = (dbUrl: string, database: string) =>
+  withDatabase(dbUrl, async (client) => {
+    const result = await client.query<{ pid: number }>(
+      "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+      [database]
+    )
+    return result.rows.map((r) => r.pid)
+  }).catch(() => [] as Array<number>)
+
+/** Reads the probe's line for the window just closed (it writes it asynchronously). */
+const readProbe = async (child: Child, windows: number): Promise<ProbeReport | undefined> => {
+  if (child.probeFile === undefined) return undefined
+  for (let i = 0; i < 100; i++) {
+    if (existsSync(child.probeFile)) {
+      const lines = readFileSync(child.probeFile, "utf8").split("\n").filter((l) => l.length > 0)
+      if (lines.length >= windows) return JSON.parse(lines[windows - 1]!) as ProbeReport
+    }
+    await sleep(100)
+  }
+  return undefined
+}
+
+const probeWindows = new Map<Child, number>()
+
+const runScenario = async (
+  scenario: string,
+  child: Child,
+  paths: ReadonlyArray<string>,
+  headers: Record<string, string>,
+  conversations: number,
+  db: { readonly url: string; readonly name: string },
+  options: Options
+): Promise<Row> => {
+  // Each run starts from a clean checkpoint, so one run's dirty pages are not the next one's cost.
+  await withDatabase(db.url, (client) => client.query("CHECKPOINT")).catch(() => undefined)
+  process.stdout.write(`  ${scenario}: C=${options.clients} K=${conversations}, ` +
+    `${options.warmupMs / 1000} s warm-up + ${options.durationMs / 1000} s measured ... `)
+  const result = await drive(
+    {
+      port: child.port,
+      serverPid: child.process.pid!,
+      paths,
+      headers,
+      pgPids: () => backendPids(db.url, db.name),
+      onWindow: () => {
+        if (options.probe) child.process.kill("SIGUSR2")
+      },
+      abort: () =>
+        interruptedBy !== undefined
+          ? `interrupted (${interruptedBy})`
+          : child.exited
+          ? `${child.name} exited during the run:\n${tail(child.logFile)}`
+          : undefined
+    },
+    options.clients,
+    options.warmupMs,
+    options.durationMs
+  )
+  let probe: ProbeReport | undefined
+  if (options.probe) {
+    const windows = (probeWindows.get(child) ?? 0) + 1
+    probeWindows.set(child, windows)
+    probe = await readProbe(child, windows)
+  }
+  const sorted = Float64Array.from(result.latencies).sort()
+  const row: Row = {
+    scenario,
+    clients: options.clients,
+    conversations,
+    requests: sorted.length,
+    perSecond: sorted.length / (result.windowMs / 1000),
+    p50: percentile(sorted, 0.5),
+    p99: percentile(sorted, 0.99),
+    errors: result.errors,
+    errorSamples: result.errorSamples,
+    cpu: result.cpu,
+    probe
+  }
+  console.log(`${Math.round(row.perSecond)} activities/s${row.errors > 0 ? `, ${row.errors} errors` : ""}` +
+    (result.warmupMs > options.warmupMs + 1000 ? ` (warm-up took ${(result.warmupMs / 1000).toFixed(1)} s to reach every conversation)` : ""))
+  return row
+}
+
+interface ParleySetup {
+  readonly apiKey: string
+  readonly conversationIds: ReadonlyArray<string>
+  readonly singleId: string
+}
+
+/** One tenant (limit raised), one webhook channel, K + 1 conversations stored directly. */
+const setUpParley = async (node: Child, adminToken: string, dbUrl: string, k: number): Promise<ParleySetup> => {
+  const admin = { authorization: `Bearer ${adminToken}` }
+  const tenant = await call(node.port, "POST", "/api/v1/admin/tenants", admin, { tenant: { name: "bench" } })
+  if (tenant.status !== 201) throw new Error(`tenant create: ${tenant.status} ${JSON.stringify(tenant.body)}`)
+  const { api_key: apiKey, id: tenantId } = (tenant.body as { data: { id: string; api_key: string } }).data
+  const limits = await call(node.port, "PATCH", `/api/v1/admin/tenants/${tenantId}`, admin, {
+    tenant: { limits: { activity_create: { limit: 1_000_000_000, scale_ms: 1000 } } }
+  })
+  if (limits.status !== 200) throw new Error(`tenant limits: ${limits.status} ${JSON.stringify(limits.body)}`)
+  const channel = await call(node.port, "POST", "/api/v1/manage/channels", { "x-api-key": apiKey }, {
+    channel: { name: "bench", type: "webhook", config: { url: "http://127.0.0.1:9/hook" } }
+  })
+  if (channel.status !== 201) throw new Error(`channel create: ${channel.status} ${JSON.stringify(channel.body)}`)
+  const channelId = (channel.body as { data: { id: string } }).data.id
+  // There is no public create route on this branch: rows as test/support/Fixtures.ts inserts them.
+  const ids = Array.from({ length: k + 1 }, () => randomUUID())
+  await withDatabase(dbUrl, async (client) => {
+    await client.query(
+      `INSERT INTO conversations (id, tenant_id, channel_id, origin_channel_id)
+       SELECT id, $1, $2, $2 FROM UNNEST($3::uuid[]) AS id`,
+      [tenantId, channelId, ids]
+    )
+    await client.query(
+      `INSERT INTO conversation_channels (conversation_id, channel_id, role)
+       SELECT id, $1, 'origin' FROM UNNEST($2::uuid[]) AS id`,
+      [channelId, ids]
+    )
+    await client.query("ANALYZE")
+  })
+  return { apiKey, conversationIds: ids.slice(0, k), singleId: ids[k]! }
+}
+
+const activityPath = (id: string) => `/api/v1/conversations/${id}/activities`
+
+// ---------------------------------------------------------------------------------------------
+// Report
+
+const fixed = (n: number, digits: number) => (Number.isFinite(n) ? n.toFixed(digits) : "-")
+
+const printTable = (rows: ReadonlyArray<Row>) => {
+  const header = [
+    "scenario", "C", "K", "requests", "activities/s", "p50 ms", "p99 ms", "errors",
+    "cpu srv", "cpu pg", "cpu gen", "cpu other", "srv µs/req", "pg µs/req"
+  ]
+  const perRequest = (cores: number, r: Row) => (r.perSecond > 0 ? String(Math.round((cores / r.perSecond) * 1e6)) : "-")
+  const cells = rows.map((r) => [
+    r.scenario,
+    String(r.clients),
+    String(r.conversations),
+    String(r.requests),
+    String(Math.round(r.perSecond)),
+    fixed(r.p50, 1),
+    fixed(r.p99, 1),
+    String(r.errors),
+    fixed(r.cpu.server, 2),
+    fixed(r.cpu.pg, 2),
+    fixed(r.cpu.generator, 2),
+    fixed(r.cpu.other, 2),
+    perRequest(r.cpu.server, r),
+    perRequest(r.cpu.pg, r)
+  ])
+  const widths = header.map((h, i) => Math.max(h.length, ...cells.map((c) => c[i]!.length)))
+  const line = (c: ReadonlyArray<string>) =>
+    "| " + c.map((v, i) => (i === 0 ? v.padEnd(widths[i]!) : v.padStart(widths[i]!))).join(" | ") + " |"
+  console.log(line(header))
+  console.log("|" + widths.map((w, i) => (i === 0 ? "-".repeat(w + 2) : "-".repeat(w + 1) + ":")).join("|") + "|")
+  for (const c of cells) console.log(line(c))
+}
+
+const printProbe = (row: Row) => {
+  const probe = row.probe
+  if (probe === undefined) return
+  const seconds = probe.windowMs / 1000
+  const total = Object.values(probe.queries).reduce((a, b) => a + b, 0)
+  console.log(`\n${row.scenario}: event loop ${(probe.eventLoopUtilization * 100).toFixed(0)}% busy, ` +
+    `GC ${(probe.gcMs / seconds).toFixed(0)} ms/s (${probe.gcCount} pauses), ` +
+    `${(total / Math.max(1, row.requests)).toFixed(2)} SQL statements, ` +
+    `${(probe.fibersStarted / Math.max(1, row.requests)).toFixed(1)} fibers started and ` +
+    `${(probe.fiberRuns / Math.max(1, row.requests)).toFixed(1)} fiber runs per request` +
+    (probe.profile === null ? "" : `, profile ${probe.profile}`))
+  const ops = Object.entries(probe.effectOps)
+  if (ops.length > 0) {
+    const perRequest = (n: number) => (n / Math.max(1, row.requests)).toFixed(0)
+    console.log(`  Effect run-loop instructions per request: ${perRequest(ops.reduce((sum, [, n]) => sum + n, 0))} (` +
+      ops.slice(0, 6).map(([kind, n]) => `${kind} ${perRequest(n)}`).join(", ") + ")")
+  }
+  for (const [text, count] of Object.entries(probe.queries).slice(0, 12)) {
+    console.log(`  ${(count / Math.max(1, row.requests)).toFixed(3).padStart(7)}/req  ${text.slice(0, 120)}`)
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Main
+
+const main = async () => {
+  const options = parseOptions(process.argv.slice(2))
+  const cpus = os.cpus()
+  const runId = randomBytes(6).toString("hex")
+  const dbName = `parley_bench_${runId}`
+  const workDir = join(os.tmpdir(), `parley-bench-${runId}`)
+  mkdirSync(workDir, { recursive: true })
+  const dbUrlObject = new URL(options.serverUrl)
+  dbUrlObject.pathname = `/${dbName}`
+  const db = { url: dbUrlObject.toString(), name: dbName }
+
+  console.log(`Parley append benchmark: ${cpus.length} cores (${cpus[0]?.model ?? "unknown CPU"}), node ${process.version}, ` +
+    `load average ${os.loadavg().map((l) => l.toFixed(2)).join(" ")}`)
+  console.log(`database ${dbName}, logs in ${workDir}`)
+
+  let dropped = false
+  const dropDatabase = async () => {
+    if (dropped) return
+    dropped = true
+    await withDatabase(options.serverUrl, (client) => client.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`))
+  }
+  const cleanUp = async () => {
+    await Promise.all([...children].map(stopChild))
+    await dropDatabase()
+  }
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (interruptedBy !== undefined) return
+    interruptedBy = signal
+    console.error(`\n${signal}: stopping the servers and dropping ${dbName}`)
+    void cleanUp().catch((error: unknown) => console.error(error)).finally(() => process.exit(130))
+  }
+  process.on("SIGINT", onSignal)
+  process.on("SIGTERM", onSignal)
+
+  await withDatabase(options.serverUrl, async (client) => {
+    const settings = await client.query<{ version: string; sync: string }>(
+      "SELECT current_setting('server_version') AS version, current_setting('synchronous_commit') AS sync"
+    )
+    const row = settings.rows[0]
+    console.log(`PostgreSQL ${row?.version ?? "?"} (synchronous_commit=${row?.sync ?? "?"}), pool size ${POOL_SIZE} on both servers`)
+    await client.query(`CREATE DATABASE ${dbName}`)
+  })
+  const rows: Array<Row> = []
+  try {
+    if (options.only.has("parley") || options.only.has("single")) {
+      const adminToken = randomBytes(24).toString("hex")
+      const port = await freePort()
+      const runnerPort = await freePort()
+      console.log("starting Parley ...")
+      const node = startChild("parley", "src/main.ts", port, {
+        PORT: String(port),
+        HOST: "127.0.0.1",
+        CLUSTER_RUNNER_PORT: String(runnerPort),
+        DATABASE_URL: db.url,
+        ADMIN_API_TOKEN: adminToken,
+        LOG_LEVEL: "warning",
+        DRAIN_REFUSE_MS: "0",
+        DRAIN_MAX_MS: "10000",
+        WEBHOOK_ALLOWED_HOSTS: "127.0.0.1",
+        DATA_DIR: join(workDir, "data")
+      }, workDir, options)
+      await waitUntilServing(node, "/health/ready")
+      const setup = await setUpParley(node, adminToken, db.url, options.conversations)
+      const headers = { "x-api-key": setup.apiKey }
+      if (options.only.has("parley")) {
+        rows.push(await runScenario("parley", node, setup.conversationIds.map(activityPath), headers, options.conversations, db, options))
+      }
+      if (options.only.has("single")) {
+        rows.push(await runScenario("parley, 1 conversation", node, [activityPath(setup.singleId)], headers, 1, db, options))
+      }
+      await stopChild(node)
+    }
+    if (options.only.has("baseline")) {
+      await withDatabase(db.url, (client) =>
+        client.query(`CREATE TABLE bench_activities (
+          id uuid PRIMARY KEY,
+          conversation_id uuid NOT NULL,
+          text text,
+          inserted_at timestamptz NOT NULL DEFAULT now()
+        )`))
+      const port = await freePort()
+      console.log("starting the node:http + pg baseline ...")
+      const baseline = startChild("baseline", "bench/baseline-server.ts", port, {
+        BASELINE_PORT: String(port),
+        DATABASE_URL: db.url,
+        BASELINE_POOL_SIZE: String(POOL_SIZE)
+      }, workDir, options)
+      await waitUntilServing(baseline, "/")
+      const ids = Array.from({ length: options.conversations }, () => randomUUID())
+      const row = await runScenario("baseline (node:http + pg)", baseline, ids.map(activityPath), {}, options.conversations, db, options)
+      // The table lists Parley first, then its floor, then the single conversation.
+      rows.splice(options.only.has("parley") ? 1 : 0, 0, row)
+      await stopChild(baseline)
+    }
+  } finally {
+    if (interruptedBy === undefined) await cleanUp()
+  }
+
+  console.log("")
+  printTable(rows)
+  const parley = rows.find((r) => r.scenario === "parley")
+  const baseline = rows.find((r) => r.scenario.startsWith("baseline"))
+  console.log("")
+  console.log(`cores: ${cpus.length} (${cpus[0]?.model ?? "unknown CPU"}); cpu columns: cores used during the window ` +
+    `by the server process, its PostgreSQL backends, this load generator and everything else; µs/req: CPU time per append`)
+  for (const row of rows) {
+    if (row.cpu.other > 0.25) {
+      console.log(`WARNING: other processes used ${row.cpu.other.toFixed(2)} cores during "${row.scenario}": ` +
+        `its throughput and latency are disturbed (the µs/req columns much less so)`)
+    }
+  }
+  if (parley !== undefined && baseline !== undefined) {
+    const ratio = parley.perSecond / baseline.perSecond
+    console.log(`Parley / baseline: ${ratio.toFixed(2)}x (target >= 1.0x: ${ratio >= 1 ? "met" : "NOT met"})`)
+  }
+  if (parley !== undefined) {
+    console.log(`Parley activities/s: ${Math.round(parley.perSecond)} (target >= 5200: ${parley.perSecond >= 5200 ? "met" : "NOT met"})`)
+  }
+  const failed = rows.filter((r) => r.errors > 0)
+  for (const row of failed) {
+    console.log(`INVALID: ${row.scenario} had ${row.errors} error answers, e.g.:`)
+    for (const sample of row.errorSamples) console.log(`  ${sample}`)
+  }
+  for (const row of rows) printProbe(row)
+  if (failed.length > 0) process.exitCode = 1
+}
+
+process.on("exit", () => {
+  for (const child of children) child.process.kill("SIGKILL")
+})
+
+main().catch((error: unknown) => {
+  console.error(error instanceof Error ? error.message : error)
+  process.exitCode = 1
+})
