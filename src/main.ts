@@ -29,6 +29,9 @@ const program = Effect.gen(function*() {
   yield* armDrainDeadline
   return yield* Layer.launch(NodeLive.pipe(Layer.provide(LoggingLive)))
 }).pipe(
+  // No trace exporter is configured, so spans (the HTTP server's, the cluster's) would only cost
+  // allocations on every request.
+  Effect.withTracerEnabled(false),
   Effect.provide(AppConfig.Default),
   Effect.catchIf(ConfigError.isConfigError, (error) =>
     // One line, each problem once: a variable read by two settings (PORT) fails in both.
