@@ -2,7 +2,7 @@
  * The floor `npm run bench` compares Parley with: a minimal `node:http` server and a `pg` pool of
  * the same size as Parley's, doing one plain INSERT (autocommit) per append. No auth, no rate limit,
  * no validation beyond "text is a string", no sequencing, no outbox. Run as a child process by
- * bench/appends.ts (env: BASELINE_PORT, DATABASE_URL, BASELINE_POOL_SIZE); `bench_activities` must exist.
+ * test/bench/appends.ts (env: BASELINE_PORT, DATABASE_URL, BASELINE_POOL_SIZE); `bench_activities` must exist.
  */
 import { randomUUID } from "node:crypto"
 import { createServer, type ServerResponse } from "node:http"

@@ -1,5 +1,5 @@
 /**
- * `npx tsx bench/cluster-call.ts`: what one local `ConversationEntity.Append` call costs, without
+ * `npx tsx test/bench/cluster-call.ts`: what one local `ConversationEntity.Append` call costs, without
  * HTTP or a database. The real entity protocol (cluster/ConversationEntity.ts) with a handler that
  * answers at once, on an in-memory single runner, called with 64 in flight across 1,000 entities;
  * compared with calling the same handler as a plain Effect. Prints calls/s and CPU µs per call,
@@ -7,8 +7,8 @@
  */
 import { MessageStorage, RunnerHealth, Runners, RunnerStorage, Sharding, ShardingConfig } from "@effect/cluster"
 import { Context, Duration, Effect, Layer, Stream } from "effect"
-import { ConversationEntity } from "../cluster/ConversationEntity.js"
-import { Activity, ActivityDraft } from "../src/domain/Activity.js"
+import { ConversationEntity } from "../../cluster/ConversationEntity.js"
+import { Activity, ActivityDraft } from "../../src/domain/Activity.js"
 
 const CALLS = Number(process.env["CALLS"] ?? "20000")
 const CONCURRENCY = 64
@@ -96,7 +96,7 @@ const throughCluster = (simulate: boolean) =>
 
 /** A caller context as big as a Parley request's (47 services there): contexts are copied per provide. */
 const bigContext = Array.from({ length: 48 }, (_, i) => i).reduce(
-  (context, i) => Context.add(context, Context.GenericTag<string>(`bench/Service${i}`), `service ${i}`),
+  (context, i) => Context.add(context, Context.GenericTag<string>(`test/bench/Service${i}`), `service ${i}`),
   Context.empty()
 )
 

@@ -1,12 +1,12 @@
 /**
- * `npm run bench`: appends over HTTP through the tenant API. A tool, not a test (see bench/README.md).
+ * `npm run bench`: appends over HTTP through the tenant API. A tool, not a test (see test/bench/README.md).
  *
  * On a fresh database (`CREATE DATABASE parley_bench_<random>` on DATABASE_URL, dropped at the end)
  * it starts a Parley node as a child process, creates one tenant (activity_create limit raised), one
  * webhook channel and K conversations, and drives `POST /api/v1/conversations/:id/activities` with C
  * concurrent keep-alive clients: a warm-up, then a measured window; then the same C clients on one
  * conversation. Parley is stopped, and the same load goes to a minimal node:http + pg server doing
- * one plain INSERT per request (bench/baseline-server.ts). It prints one table (Parley, its floor,
+ * one plain INSERT per request (test/bench/baseline-server.ts). It prints one table (Parley, its floor,
  * the single conversation), the ratio, and the machine's core count and CPU model.
  *
  * Flags (or environment variables):
@@ -16,12 +16,12 @@
  *                                           conversation has had a request (60 s more at most)
  *   --duration S       BENCH_DURATION_S     measured seconds per scenario (10)
  *   --only LIST        BENCH_ONLY           scenarios to run: parley,baseline,single (all)
- *   --probe            BENCH_PROBE=1        preload bench/probe.ts into the servers: SQL statements,
+ *   --probe            BENCH_PROBE=1        preload test/bench/probe.ts into the servers: SQL statements,
  *                                           Effect fibers, GC and event-loop use per request, inside the
  *                                           window (BENCH_PROBE_OPS=1: Effect instructions as well)
  *   --cpu-profile DIR  BENCH_CPU_PROFILE    implies --probe: a .cpuprofile of each window (and a
  *                                           .heapprofile with BENCH_HEAP_PROFILE=1); read them with
- *                                           bench/profile-summary.ts
+ *                                           test/bench/profile-summary.ts
  *   DATABASE_URL       server to create the database on (postgres://postgres@127.0.0.1:5432/postgres)
  *
  * The load generator runs in this process and shares the machine's cores with the server and
@@ -42,7 +42,7 @@ import { fileURLToPath } from "node:url"
 import Pg from "pg"
 import type { ProbeReport } from "./probe.js"
 
-const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..")
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..")
 const POOL_SIZE = 10 // Parley's pool size (src/db/Database.ts); the baseline uses the same.
 /** How much longer than asked a warm-up may run to reach every conversation once. */
 const MAX_EXTRA_WARMUP_MS = 60_000
@@ -165,7 +165,7 @@ const startChild = (
 ): Child => {
   const logFile = join(workDir, `${name}.log`)
   const probeFile = options.probe ? join(workDir, `${name}.probe.jsonl`) : undefined
-  const args = ["--import", "tsx", ...(options.probe ? ["--import", join(ROOT, "bench/probe.ts")] : []), script]
+  const args = ["--import", "tsx", ...(options.probe ? ["--import", join(ROOT, "test/bench/probe.ts")] : []), script]
   const child = spawn(process.execPath, args, {
     cwd: ROOT,
     env: {
@@ -756,7 +756,7 @@ const main = async () => {
         )`))
       const port = await freePort()
       console.log("starting the node:http + pg baseline ...")
-      const baseline = startChild("baseline", "bench/baseline-server.ts", port, {
+      const baseline = startChild("baseline", "test/bench/baseline-server.ts", port, {
         BASELINE_PORT: String(port),
         DATABASE_URL: db.url,
         BASELINE_POOL_SIZE: String(POOL_SIZE)

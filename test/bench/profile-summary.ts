@@ -3,7 +3,7 @@
  * (heap profiles with BENCH_HEAP_PROFILE=1): self time (or allocated bytes) by package, the
  * functions with the most, and optionally the caller stacks of chosen frames.
  *
- *   npx tsx bench/profile-summary.ts FILE [--top N] [--stacks REGEX] [--depth D]
+ *   npx tsx test/bench/profile-summary.ts FILE [--top N] [--stacks REGEX] [--depth D]
  *
  * Self time in a CPU profile is wall time while the thread was on that frame: on a machine with
  * fewer cores than runnable processes, a syscall that wakes PostgreSQL (writev) collects the time
@@ -98,7 +98,7 @@ const main = () => {
   const args = process.argv.slice(2)
   const file = args[0]
   if (file === undefined) {
-    console.error("usage: tsx bench/profile-summary.ts FILE [--top N] [--stacks REGEX] [--depth D]")
+    console.error("usage: tsx test/bench/profile-summary.ts FILE [--top N] [--stacks REGEX] [--depth D]")
     process.exit(2)
   }
   const flag = (name: string) => {

@@ -2,7 +2,7 @@
  * Start-up time and idle memory of `npm start`: from spawning it to the first 200 of
  * /health/ready, then the resident memory after a few idle seconds.
  *
- *   npx tsx bench/startup.ts          (or npm run bench:startup)
+ *   npx tsx test/bench/startup.ts          (or npm run bench:startup)
  *
  * With DATABASE_URL set, PostgreSQL is measured too, on a fresh database per run created and
  * dropped on that server. BENCH_RUNS (default 3) sets the runs per scenario.
@@ -10,9 +10,9 @@
 import { NodeRuntime } from "@effect/platform-node"
 import { Console, Effect } from "effect"
 import { cpus } from "node:os"
-import { groupRss, spawnInRepo, waitUntilReady } from "../test/support/Spawn.js"
-import { serverUrl, TestDatabase, TestDatabaseLive } from "../test/support/TestDatabase.js"
-import { ADMIN_TOKEN, freePort } from "../test/support/TestNode.js"
+import { groupRss, spawnInRepo, waitUntilReady } from "../support/Spawn.js"
+import { serverUrl, TestDatabase, TestDatabaseLive } from "../support/TestDatabase.js"
+import { ADMIN_TOKEN, freePort } from "../support/TestNode.js"
 
 const runs = Number(process.env["BENCH_RUNS"] ?? "3")
 const IDLE_BEFORE_RSS = "3 seconds"
