@@ -14,7 +14,7 @@ import {
   StoredRetryPolicy
 } from "../domain/Channel.js"
 import { redactObject } from "../domain/Redaction.js"
-import { checkIfMatch, etagOf } from "../http/ETag.js"
+import { checkIfMatch, etagOf } from "../domain/Version.js"
 import { type ChannelBase, type ChannelPatch, validateChannel } from "./ChannelValidation.js"
 
 const CHANNEL_COLUMNS = "id, tenant_id, name, type, mode, status, require_signature, config, transformations, " +

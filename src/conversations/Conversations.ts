@@ -41,7 +41,13 @@ const clusterCall = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
 
 const notFound = (id: string) => new NotFound({ message: `conversation ${id} not found` })
 
-/** Where a list of activities starts; a legacy activity-id watermark is looked up. */
+/** What a caller may reach: a tenant's conversations, or only one channel's (a channel token). */
+export interface ConversationScope {
+  readonly tenantId: string
+  readonly channelId: string | null
+}
+
+/** A page of activities and the watermark to continue from. */
 export type ActivityPage = { readonly items: ReadonlyArray<Activity>; readonly watermark: number | null; readonly hasMore: boolean }
 
 /** Conversations and their activities: reads from the database, every write through the entity. */
@@ -51,14 +57,14 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
     const store = yield* ActivityStore
     const entity = yield* ConversationEntity.client
 
-    /** The conversation if it exists and belongs to the tenant (and to `channelId` when given). */
-    const get = (tenantId: string, id: string, options: { readonly channels: boolean; readonly channelId?: string }) =>
-      repo.find(tenantId, id, { participant: true, channels: options.channels }).pipe(
+    /** The conversation if it is within the caller's reach; 404 otherwise, as for a missing one. */
+    const get = (scope: ConversationScope, id: string, options: { readonly channels: boolean }) =>
+      repo.find(scope.tenantId, id, { participant: true, channels: options.channels }).pipe(
         orUnavailable,
         Effect.flatMap(Option.match({
           onNone: () => Effect.fail(notFound(id)),
           onSome: (conversation) =>
-            options.channelId !== undefined && conversation.channel_id !== options.channelId
+            scope.channelId !== null && conversation.channel_id !== scope.channelId
               ? Effect.fail(notFound(id))
               : Effect.succeed(conversation)
         }))
@@ -90,12 +96,14 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
      * A failure means nothing was stored.
      */
     const append = (
-      tenantId: string,
+      scope: ConversationScope,
       conversationId: string,
       input: ActivityInput,
       options: { readonly idempotencyKey: string | null; readonly sourceChannelId: string | null }
     ) =>
       Effect.gen(function*() {
+        // The entity checks the tenant itself; only a channel-bound caller needs a look first.
+        if (scope.channelId !== null) yield* get(scope, conversationId, { channels: false })
         const checked = yield* checkActivity(input)
         if (options.idempotencyKey !== null && (options.idempotencyKey.length === 0 || options.idempotencyKey.length > 255)) {
           return yield* new BadRequest({ message: "x-idempotency-key must be 1 to 255 characters" })
@@ -108,16 +116,16 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
           source_channel_id: options.sourceChannelId
         })
         return yield* clusterCall(
-          entity(conversationId).Append({ tenantId, draft, deadline: Date.now() + WRITE_DEADLINE_MS })
+          entity(conversationId).Append({ tenantId: scope.tenantId, draft, deadline: Date.now() + WRITE_DEADLINE_MS })
         )
       })
 
     /** Closes or reopens; idempotent. Returns the conversation as it is afterwards. */
-    const setStatus = (tenantId: string, id: string, status: "active" | "closed", channelId?: string) =>
+    const setStatus = (scope: ConversationScope, id: string, status: "active" | "closed") =>
       Effect.gen(function*() {
-        yield* get(tenantId, id, { channels: false, ...(channelId === undefined ? {} : { channelId }) })
-        yield* clusterCall(entity(id).SetStatus({ tenantId, status, reason: "manual", idleSince: null }))
-        const after = yield* get(tenantId, id, { channels: false })
+        yield* get(scope, id, { channels: false })
+        yield* clusterCall(entity(id).SetStatus({ tenantId: scope.tenantId, status, reason: "manual", idleSince: null }))
+        const after = yield* get(scope, id, { channels: false })
         return { ...after, participant: null }
       })
 
@@ -125,9 +133,9 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
      * A page of activities after a watermark, oldest first. An empty page echoes the position sent.
      * Malformed watermarks are 400 `invalid_watermark`.
      */
-    const activities = (tenantId: string, id: string, watermark: string | undefined, limit: number, channelId?: string) =>
+    const activities = (scope: ConversationScope, id: string, watermark: string | undefined, limit: number) =>
       Effect.gen(function*() {
-        yield* get(tenantId, id, { channels: false, ...(channelId === undefined ? {} : { channelId }) })
+        yield* get(scope, id, { channels: false })
         let after = 0
         if (watermark !== undefined) {
           const position = decodeWatermark(watermark)
@@ -148,7 +156,10 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
         } satisfies ActivityPage
       })
 
-    return { get, list, append, setStatus, activities, create: (input: Parameters<typeof repo.create>[0]) => repo.create(input).pipe(orUnavailable) } as const
+    /** Creates a conversation on a channel, which becomes its origin. */
+    const create = (input: Parameters<typeof repo.create>[0]) => repo.create(input).pipe(orUnavailable)
+
+    return { get, list, append, setStatus, activities, create } as const
   }),
   dependencies: [ConversationRepo.Default]
 }) {}

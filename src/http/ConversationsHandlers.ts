@@ -7,8 +7,6 @@ import { requireScope } from "./ApiKeyAuth.js"
 import { decodeCursor, encodeCursor, parseLimit, parseUuid } from "./Paging.js"
 import { ParleyApi } from "./ParleyApi.js"
 
-const channelScope = (channelId: string | null) => (channelId === null ? {} : { channelId })
-
 export const ConversationsHandlers = HttpApiBuilder.group(ParleyApi, "conversations", (handlers) =>
   Effect.gen(function*() {
     const conversations = yield* Conversations
@@ -16,23 +14,13 @@ export const ConversationsHandlers = HttpApiBuilder.group(ParleyApi, "conversati
     const setStatus = (status: "active" | "closed") => ({ path }: { readonly path: { readonly id: string } }) =>
       Effect.gen(function*() {
         const credential = yield* requireScope("write")
-        const data = yield* conversations.setStatus(
-          credential.tenantId,
-          path.id,
-          status,
-          ...(credential.channelId === null ? [] : [credential.channelId])
-        )
-        return { data }
+        return { data: yield* conversations.setStatus(credential, path.id, status) }
       })
     return handlers
       .handle("get", ({ path }) =>
         Effect.gen(function*() {
           const credential = yield* requireScope("read")
-          const data = yield* conversations.get(credential.tenantId, path.id, {
-            channels: true,
-            ...channelScope(credential.channelId)
-          })
-          return { data }
+          return { data: yield* conversations.get(credential, path.id, { channels: true }) }
         }))
       .handle("close", setStatus("closed"))
       .handle("reopen", setStatus("active"))
@@ -40,10 +28,7 @@ export const ConversationsHandlers = HttpApiBuilder.group(ParleyApi, "conversati
         Effect.gen(function*() {
           const credential = yield* requireScope("write")
           yield* limiter.consume("activity_create", credential.tenantId, credential.tenantId)
-          if (credential.channelId !== null) {
-            yield* conversations.get(credential.tenantId, path.id, { channels: false, channelId: credential.channelId })
-          }
-          const data = yield* conversations.append(credential.tenantId, path.id, payload, {
+          const data = yield* conversations.append(credential, path.id, payload, {
             idempotencyKey: headers["x-idempotency-key"] ?? null,
             sourceChannelId: null
           })
@@ -53,13 +38,7 @@ export const ConversationsHandlers = HttpApiBuilder.group(ParleyApi, "conversati
         Effect.gen(function*() {
           const credential = yield* requireScope("read")
           const limit = yield* parseLimit(urlParams.limit, 100, 1000)
-          const page = yield* conversations.activities(
-            credential.tenantId,
-            path.id,
-            urlParams.watermark,
-            limit,
-            ...(credential.channelId === null ? [] : [credential.channelId])
-          )
+          const page = yield* conversations.activities(credential, path.id, urlParams.watermark, limit)
           return { data: page.items, meta: { watermark: page.watermark, has_more: page.hasMore, limit } }
         }))
   }))

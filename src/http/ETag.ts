@@ -1,26 +1,6 @@
 import { HttpApp, HttpServerResponse } from "@effect/platform"
-import { Effect, Option } from "effect"
-import { createHash } from "node:crypto"
-import { PreconditionFailed } from "../domain/ApiError.js"
-
-/** A strong ETag of a resource's representation: it changes exactly when the JSON does. */
-export const etagOf = (representation: unknown): string =>
-  `"${createHash("sha256").update(JSON.stringify(representation)).digest("base64url").slice(0, 27)}"`
-
-/**
- * Checks `If-Match` against the current ETag: absent matches (unconditional), `*` always matches,
- * otherwise one of the listed tags must equal it (weak prefixes are ignored).
- */
-export const checkIfMatch = (ifMatch: Option.Option<string>, current: string) =>
-  Option.match(ifMatch, {
-    onNone: () => Effect.void,
-    onSome: (header) => {
-      const tags = header.split(",").map((t) => t.trim().replace(/^W\//, ""))
-      return tags.includes("*") || tags.includes(current)
-        ? Effect.void
-        : Effect.fail(new PreconditionFailed({ message: "If-Match does not match the current version", current_etag: current }))
-    }
-  })
+import { Effect } from "effect"
+import { etagOf } from "../domain/Version.js"
 
 /**
  * Answers `{data}` with the `ETag` of `version` (by default `data` itself). Pass the resource when

@@ -66,7 +66,7 @@ export const LegacyRoutes = HttpLayerRouter.addAll(Effect.gen(function*() {
       Effect.catchTag("ParseError", () =>
         Effect.fail(new BadRequest({ message: "conversation_id (a UUID) and user_id (1 to 256 characters) are required" })))
     )
-    const conversation = yield* conversations.get(channel.tenant_id, body.conversation_id, { channels: false })
+    const conversation = yield* conversations.get({ tenantId: channel.tenant_id, channelId: null }, body.conversation_id, { channels: false })
     if (conversation.channel_id !== channel.id) {
       return yield* new Forbidden({ message: "the conversation belongs to another channel" })
     }

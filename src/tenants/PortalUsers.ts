@@ -9,7 +9,7 @@ import { orUnavailable } from "../db/SqlFailure.js"
 import { NotFound, ValidationFailed } from "../domain/ApiError.js"
 import { PortalUser, type UserInput, UserRole, UserStatus } from "../domain/PortalUser.js"
 import { Problems } from "../domain/Problems.js"
-import { checkIfMatch, etagOf } from "../http/ETag.js"
+import { checkIfMatch, etagOf } from "../domain/Version.js"
 
 const USER_COLUMNS = "id, tenant_id, email, name, role, status, totp_enabled, inserted_at, updated_at"
 

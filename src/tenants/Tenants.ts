@@ -7,7 +7,7 @@ import { orUnavailable } from "../db/SqlFailure.js"
 import { NotFound } from "../domain/ApiError.js"
 import { Problems } from "../domain/Problems.js"
 import { DEFAULT_RETENTION_DAYS, type SettingsInput, Tenant, TenantStatus, TenantTier, type TenantInput } from "../domain/Tenant.js"
-import { checkIfMatch, etagOf } from "../http/ETag.js"
+import { checkIfMatch, etagOf } from "../domain/Version.js"
 import { ApiKeys } from "./ApiKeys.js"
 import { type SettingsPatch, validateSettings } from "./TenantSettings.js"
 
