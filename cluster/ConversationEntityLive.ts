@@ -1,213 +1,28 @@
 import { Entity } from "@effect/cluster"
-import { Chunk, Deferred, Effect, Either, Option, PubSub, Queue, Stream } from "effect"
-import { ActivityStore, type PlannedDelivery } from "../src/conversations/ActivityStore.js"
-import { type ConversationState, ConversationStateRepo } from "../src/conversations/ConversationState.js"
-import { type Activity, ActivityDraft } from "../src/domain/Activity.js"
-import { ConversationClosed, databaseUnavailable, NotFound, type Unavailable } from "../src/domain/ApiError.js"
+import { Effect, Stream } from "effect"
+import { Unavailable } from "../src/domain/ApiError.js"
+import { ConversationCores } from "./ConversationCores.js"
 import { ConversationEntity } from "./ConversationEntity.js"
 
-type AppendDone = Deferred.Deferred<Activity, NotFound | ConversationClosed | Unavailable>
-type StatusDone = Deferred.Deferred<{ readonly changed: boolean }, NotFound | Unavailable>
-
-type Command =
-  | { readonly _tag: "Append"; readonly tenantId: string; readonly draft: ActivityDraft; readonly deadline: number; readonly done: AppendDone }
-  | {
-    readonly _tag: "SetStatus"
-    readonly tenantId: string
-    readonly status: "active" | "closed"
-    readonly reason: "manual" | "expired"
-    readonly idleSince: string | null
-    readonly done: StatusDone
-  }
-
-/** Commands taken from the inbox in one round; they share one write group. */
-const MAX_COMMANDS_PER_ROUND = 256
-/** How often a round is retried after another writer moved the head (two owners for a moment). */
-const MAX_CONFLICT_RETRIES = 5
-const REPLAY_PAGE = 500
-
-const statusEvent = (status: "active" | "closed", reason: "manual" | "expired") =>
-  new ActivityDraft({
-    id: crypto.randomUUID(),
-    type: "conversationUpdate",
-    sender: "system",
-    text: null,
-    attachments: [],
-    metadata: {
-      event: status === "closed" ? "conversation_closed" : "conversation_reopened",
-      status,
-      reason
-    },
-    idempotency_key: null,
-    reply_to_id: null,
-    message_type: null,
-    payload: null,
-    source_channel_id: null
-  })
-
-/** Deliveries of the inbound direction: back to the origin channel unless it only receives. */
-const planDeliveries = (state: ConversationState, drafts: ReadonlyArray<ActivityDraft>): Array<PlannedDelivery> =>
-  state.origin_mode === "inbound"
-    ? []
-    : drafts
-      .filter((draft) => draft.source_channel_id !== state.origin_channel_id)
-      .map((draft) => ({ id: crypto.randomUUID(), activityId: draft.id, channelId: state.origin_channel_id }))
+/** The shard moved while the command waited: the caller retries and reaches the new owner. */
+const moved = () =>
+  Effect.fail(
+    new Unavailable({ message: "the conversation moved to another node, retry", reason: "cluster_unavailable", retry_after_ms: 250 })
+  )
 
 /**
- * The conversation entity. Commands queue in an inbox; one fiber takes everything waiting, decides
- * it against the conversation's state (closed, idempotency, tenant) and writes it as one group, so
- * concurrent appends to one conversation share a transaction. The head moves only after commit,
- * and a conflict (another owner wrote first) reloads the state from the database and retries.
+ * The conversation entity: the cluster's way to reach a conversation's core on the node that owns
+ * it (see `ConversationCores`; the core holds the logic and state).
  */
 export const ConversationEntityLive = ConversationEntity.toLayer(
   Effect.gen(function*() {
     const conversationId = (yield* Entity.CurrentAddress).entityId
-    const store = yield* ActivityStore
-    const states = yield* ConversationStateRepo
-    const live = yield* PubSub.unbounded<Activity>()
-    const inbox = yield* Queue.unbounded<Command>()
-    // Owned by the inbox fiber; `undefined` means "load from the database".
-    let state: ConversationState | undefined
-
-    const loadState = Effect.suspend(() =>
-      state !== undefined
-        ? Effect.succeed(Option.some(state))
-        : states.load(conversationId).pipe(Effect.tap(Option.match({
-          onNone: () => Effect.void,
-          onSome: (loaded) => Effect.sync(() => (state = loaded))
-        })))
-    )
-
-    const failAll = (commands: ReadonlyArray<Command>, error: NotFound | Unavailable) =>
-      Effect.forEach(commands, (command) => Deferred.fail(command.done as StatusDone, error), { discard: true })
-
-    const round = (commands: ReadonlyArray<Command>, attempt: number): Effect.Effect<void> =>
-      Effect.gen(function*() {
-        const loaded = yield* Effect.either(loadState)
-        if (Either.isLeft(loaded)) return yield* failAll(commands, databaseUnavailable())
-        if (Option.isNone(loaded.right)) {
-          return yield* failAll(commands, new NotFound({ message: `conversation ${conversationId} not found` }))
-        }
-        const current = loaded.right.value
-
-        const appends = commands.flatMap((c) => (c._tag === "Append" ? [c.draft] : []))
-        const keys = appends.flatMap((d) => (d.idempotency_key === null ? [] : [d.idempotency_key]))
-        // Ids matter only after a conflict or a crash re-send; keys always.
-        const ids = attempt > 0 ? appends.map((d) => d.id) : []
-        const existing = keys.length > 0 || ids.length > 0
-          ? yield* Effect.either(store.findExisting(conversationId, ids, keys))
-          : Either.right([])
-        if (Either.isLeft(existing)) return yield* failAll(commands, databaseUnavailable())
-        const byId = new Map(existing.right.map((a) => [a.id, a]))
-        const byKey = new Map(existing.right.flatMap((a) => (a.idempotency_key === null ? [] : [[a.idempotency_key, a]])))
-
-        const drafts: Array<ActivityDraft> = []
-        const waiting: Array<readonly [Command, string | null]> = []
-        const newKeys = new Map<string, string>()
-        let status = current.status
-        let statusChange: "active" | "closed" | null = null
-        const now = Date.now()
-
-        for (const command of commands) {
-          if (command.tenantId !== current.tenant_id) {
-            yield* Deferred.fail(command.done as StatusDone, new NotFound({ message: `conversation ${conversationId} not found` }))
-            continue
-          }
-          if (command._tag === "Append") {
-            const { draft } = command
-            const key = draft.idempotency_key
-            const known = byId.get(draft.id) ?? (key === null ? undefined : byKey.get(key))
-            if (known !== undefined) yield* Deferred.succeed(command.done, known)
-            else if (key !== null && newKeys.has(key)) waiting.push([command, newKeys.get(key)!])
-            else if (status === "closed") {
-              yield* Deferred.fail(command.done, new ConversationClosed({ message: "the conversation is closed" }))
-            } else if (command.deadline < now) {
-              yield* Deferred.fail(command.done, databaseUnavailable())
-            } else {
-              drafts.push(draft)
-              if (key !== null) newKeys.set(key, draft.id)
-              waiting.push([command, draft.id])
-            }
-          } else if (
-            command.status === status ||
-            (command.idleSince !== null && Date.parse(current.updated_at) > Date.parse(command.idleSince))
-          ) {
-            yield* Deferred.succeed(command.done, { changed: false })
-          } else {
-            drafts.push(statusEvent(command.status, command.reason))
-            status = command.status
-            statusChange = status
-            waiting.push([command, null])
-          }
-        }
-        if (drafts.length === 0) return
-
-        const written = yield* Effect.either(store.write({
-          conversationId,
-          tenantId: current.tenant_id,
-          oldHead: current.head_seq,
-          activities: drafts,
-          deliveries: planDeliveries(current, drafts),
-          status: statusChange
-        }))
-        if (Either.isLeft(written)) {
-          state = undefined
-          const pending = waiting.map(([command]) => command)
-          return written.left._tag === "SeqTaken" && attempt < MAX_CONFLICT_RETRIES
-            ? yield* round(pending, attempt + 1)
-            : yield* failAll(pending, databaseUnavailable())
-        }
-        const inserted = written.right
-        const last = inserted[inserted.length - 1]!
-        state = { ...current, head_seq: last.seq, status, updated_at: last.inserted_at }
-        yield* PubSub.publishAll(live, inserted)
-        const byNewId = new Map(inserted.map((a) => [a.id, a]))
-        for (const [command, id] of waiting) {
-          if (command._tag === "Append") yield* Deferred.succeed(command.done, byNewId.get(id!)!)
-          else yield* Deferred.succeed(command.done, { changed: true })
-        }
-      })
-
-    yield* Effect.forkScoped(
-      Effect.forever(
-        Queue.takeBetween(inbox, 1, MAX_COMMANDS_PER_ROUND).pipe(Effect.flatMap((chunk) => round([...chunk], 0)))
-      )
-    )
-
-    const submit = <A, E>(command: Command, done: Deferred.Deferred<A, E>) =>
-      Queue.offer(inbox, command).pipe(Effect.zipRight(Deferred.await(done)))
-
-    /** Stored activities above `fromSeq`, then live ones; subscribed first so nothing falls between. */
-    const subscribe = (fromSeq: number) =>
-      Stream.unwrapScoped(Effect.gen(function*() {
-        const subscription = yield* PubSub.subscribe(live)
-        let last = fromSeq
-        const stored = Stream.paginateChunkEffect(fromSeq, (after) =>
-          store.readAfter(conversationId, after, REPLAY_PAGE).pipe(
-            Effect.map((page) =>
-              [
-                Chunk.fromIterable(page),
-                page.length < REPLAY_PAGE ? Option.none<number>() : Option.some(page[page.length - 1]!.seq)
-              ] as const
-            )
-          ))
-        return Stream.concat(stored, Stream.fromQueue(subscription)).pipe(
-          Stream.filter((activity) => activity.seq > last),
-          Stream.tap((activity) => Effect.sync(() => (last = activity.seq))),
-          Stream.catchAll(() => Stream.fail(databaseUnavailable()))
-        )
-      }))
-
+    const cores = yield* ConversationCores
+    const core = cores.get(conversationId)
     return ConversationEntity.of({
-      Append: ({ payload }) =>
-        Deferred.make<Activity, NotFound | ConversationClosed | Unavailable>().pipe(
-          Effect.flatMap((done) => submit({ _tag: "Append", ...payload, done }, done))
-        ),
-      SetStatus: ({ payload }) =>
-        Deferred.make<{ readonly changed: boolean }, NotFound | Unavailable>().pipe(
-          Effect.flatMap((done) => submit({ _tag: "SetStatus", ...payload, done }, done))
-        ),
-      Subscribe: ({ payload }) => subscribe(payload.fromSeq)
+      Append: ({ payload }) => Effect.flatMap(core, (c) => c.append(payload)).pipe(Effect.catchTag("Moved", moved)),
+      SetStatus: ({ payload }) => Effect.flatMap(core, (c) => c.setStatus(payload)).pipe(Effect.catchTag("Moved", moved)),
+      Subscribe: ({ payload }) => Stream.unwrap(Effect.map(core, (c) => c.subscribe(payload.fromSeq)))
     })
   }),
   { concurrency: "unbounded" }

@@ -1,5 +1,6 @@
 import { Effect, Layer, Logger, LogLevel } from "effect"
 import { ClusterLive } from "../cluster/ClusterLive.js"
+import { ConversationCores } from "../cluster/ConversationCores.js"
 import { ConversationEntityLive } from "../cluster/ConversationEntityLive.js"
 import { ConversationExpiryLive } from "../cluster/ConversationExpiry.js"
 import { AppConfig } from "./config/AppConfig.js"
@@ -39,7 +40,7 @@ const NodeServices = Layer.mergeAll(Metrics.Default, Lifecycle.Default, JobRunne
 export const NodeLive = HttpLive.pipe(
   Layer.provide(Layer.mergeAll(ConversationEntityLive, ConversationExpiryLive, HousekeepingLive, NodeMetricsLive)),
   // Merged into the output, so in-process test nodes can reach the hub and the limiter.
-  Layer.provideMerge(Layer.mergeAll(ConversationHub.Default, RateLimiter.Default)),
+  Layer.provideMerge(Layer.mergeAll(ConversationHub.Default, RateLimiter.Default, ConversationCores.Default)),
   Layer.provideMerge(Layer.mergeAll(ActivityStore.Default, ConversationStateRepo.Default)),
   Layer.provideMerge(ClusterLive),
   Layer.provide(NodeServices),

@@ -11,7 +11,8 @@ layer(TestNodeLive(), { excludeTestServices: true })("node metrics", (it) => {
       const text = (yield* request("GET", "/metrics")).body as string
       expect(text).toMatch(/^parley_activities_stored_total [1-9]/m)
       expect(text).toMatch(/^parley_cluster_shards_owned 300$/m)
-      expect(text).toMatch(/^parley_cluster_entities_active [1-9]/m)
+      expect(text).toMatch(/^parley_cluster_entities_active \d+$/m)
+      expect(text).toMatch(/^parley_conversations_running [1-9]/m)
       expect(text).toMatch(/^# TYPE parley_rate_limit_rejections_total counter$/m)
     }))
 })

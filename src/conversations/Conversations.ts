@@ -1,4 +1,6 @@
 import { Effect, Either, Option } from "effect"
+import type { AppendRequest } from "../../cluster/ConversationCore.js"
+import { ConversationCores } from "../../cluster/ConversationCores.js"
 import { ConversationEntity } from "../../cluster/ConversationEntity.js"
 import { orUnavailable } from "../db/SqlFailure.js"
 import { type Activity, ActivityDraft } from "../domain/Activity.js"
@@ -56,6 +58,22 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
     const repo = yield* ConversationRepo
     const store = yield* ActivityStore
     const entity = yield* ConversationEntity.client
+    const cores = yield* ConversationCores
+
+    /**
+     * An append to a conversation this node owns goes straight to its core; others, and any the
+     * core reports moved meanwhile, go through the cluster.
+     */
+    const appendTo = (conversationId: string, request: AppendRequest) => {
+      const viaCluster = clusterCall(entity(conversationId).Append(request))
+      return cores.isOwned(conversationId)
+        ? cores.get(conversationId).pipe(
+          Effect.flatMap((core) => core.append(request)),
+          Effect.timeoutFail({ duration: CALL_TIMEOUT_MS, onTimeout: clusterUnavailable }),
+          Effect.catchTag("Moved", () => viaCluster)
+        )
+        : viaCluster
+    }
 
     /** The conversation if it is within the caller's reach; 404 otherwise, as for a missing one. */
     const get = (scope: ConversationScope, id: string, options: { readonly channels: boolean }) =>
@@ -115,9 +133,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
           idempotency_key: options.idempotencyKey,
           source_channel_id: options.sourceChannelId
         })
-        return yield* clusterCall(
-          entity(conversationId).Append({ tenantId: scope.tenantId, draft, deadline: Date.now() + WRITE_DEADLINE_MS })
-        )
+        return yield* appendTo(conversationId, { tenantId: scope.tenantId, draft, deadline: Date.now() + WRITE_DEADLINE_MS })
       })
 
     /** Closes or reopens; idempotent. Returns the conversation as it is afterwards. */

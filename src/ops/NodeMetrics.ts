@@ -1,5 +1,6 @@
 import { Sharding, ShardId } from "@effect/cluster"
 import { Effect, Layer, Runtime } from "effect"
+import { ConversationCores } from "../../cluster/ConversationCores.js"
 import { DatabasePool } from "../db/Database.js"
 import { Lifecycle } from "./Lifecycle.js"
 import { Metrics } from "./Metrics.js"
@@ -14,6 +15,7 @@ export const NodeMetricsLive = Layer.effectDiscard(
     const { pool } = yield* DatabasePool
     const lifecycle = yield* Lifecycle
     const sharding = yield* Sharding.Sharding
+    const cores = yield* ConversationCores
     const runtime = yield* Effect.runtime<never>()
     let draining = false
     yield* Effect.forkDaemon(lifecycle.awaitDrain.pipe(Effect.tap(() => Effect.sync(() => (draining = true)))))
@@ -36,5 +38,6 @@ export const NodeMetricsLive = Layer.effectDiscard(
       "Entities running on this node",
       () => Runtime.runSync(runtime)(sharding.activeEntityCount)
     )
+    metrics.gauge("parley_conversations_running", "Conversations whose logic runs on this node", cores.running)
   })
 )

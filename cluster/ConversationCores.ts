@@ -1,0 +1,74 @@
+import { EntityId, Sharding } from "@effect/cluster"
+import { Duration, Effect, ExecutionStrategy, Exit, Schedule, Scope } from "effect"
+import { ActivityStore } from "../src/conversations/ActivityStore.js"
+import { ConversationStateRepo } from "../src/conversations/ConversationState.js"
+import { type ConversationCore, makeConversationCore } from "./ConversationCore.js"
+
+/** A core unused this long, with no open stream, is dropped (its state is reloaded when needed). */
+const IDLE_AFTER = Duration.minutes(5)
+const SWEEP_EVERY = Duration.minutes(1)
+
+interface Running {
+  readonly core: ConversationCore
+  readonly scope: Scope.CloseableScope
+  lastUsed: number
+}
+
+/**
+ * The conversation cores running on this node, one per conversation whose shard it owns. The
+ * conversation entity delegates to them, and so do local callers directly: an append for a
+ * conversation this node owns skips the cluster's RPC layers. Ownership is checked per round; a
+ * moment with two owners (handoff, crash) is still settled by the database's compare-and-set.
+ */
+export class ConversationCores extends Effect.Service<ConversationCores>()("parley/ConversationCores", {
+  scoped: Effect.gen(function*() {
+    const sharding = yield* Sharding.Sharding
+    const store = yield* ActivityStore
+    const states = yield* ConversationStateRepo
+    const scope = yield* Effect.scope
+    const running = new Map<string, Running>()
+    const creating = yield* Effect.makeSemaphore(1)
+
+    /** True while this node owns the conversation's shard. */
+    const isOwned = (conversationId: string) =>
+      sharding.hasShardId(sharding.getShardId(EntityId.make(conversationId), "default"))
+
+    const existing = (conversationId: string) => {
+      const entry = running.get(conversationId)
+      if (entry !== undefined) entry.lastUsed = Date.now()
+      return entry?.core
+    }
+
+    /** The conversation's core, started on first use. */
+    const get = (conversationId: string): Effect.Effect<ConversationCore> =>
+      Effect.suspend(() => {
+        const found = existing(conversationId)
+        return found !== undefined ? Effect.succeed(found) : creating.withPermits(1)(
+          Effect.suspend(() => {
+            const raced = existing(conversationId)
+            if (raced !== undefined) return Effect.succeed(raced)
+            return Effect.gen(function*() {
+              const child = yield* Scope.fork(scope, ExecutionStrategy.sequential)
+              const core = yield* makeConversationCore(conversationId, () => isOwned(conversationId)).pipe(
+                Scope.extend(child),
+                Effect.provideService(ActivityStore, store),
+                Effect.provideService(ConversationStateRepo, states)
+              )
+              running.set(conversationId, { core, scope: child, lastUsed: Date.now() })
+              return core
+            })
+          })
+        )
+      })
+
+    const sweep = Effect.suspend(() => {
+      const cutoff = Date.now() - Duration.toMillis(IDLE_AFTER)
+      const idle = [...running].filter(([, entry]) => entry.lastUsed < cutoff && !entry.core.hasSubscribers())
+      for (const [id] of idle) running.delete(id)
+      return Effect.forEach(idle, ([, entry]) => Scope.close(entry.scope, Exit.void), { discard: true })
+    })
+    yield* Effect.forkScoped(sweep.pipe(Effect.repeat(Schedule.spaced(SWEEP_EVERY))))
+
+    return { get, isOwned, running: () => running.size } as const
+  })
+}) {}
