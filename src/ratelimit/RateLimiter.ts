@@ -58,16 +58,34 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
     const slots = new Map<string, Slot>()
     type Overrides = { readonly [B in OverridableBucket]?: Window | undefined }
     const tenantLimits = new Map<string, { readonly at: number; readonly limits: Overrides }>()
+    const refreshing = new Set<string>()
+    const scope = yield* Effect.scope
 
+    const loadOverrides = (tenantId: string) =>
+      sql<{ limits: unknown }>`SELECT limits FROM tenants WHERE id = ${tenantId}`.pipe(
+        Effect.map((rows): Overrides => Option.getOrElse(decodeTenantLimits(rows[0]?.limits ?? {}), () => ({}))),
+        Effect.tap((limits) => Effect.sync(() => tenantLimits.set(tenantId, { at: Date.now(), limits }))),
+        Effect.orElseSucceed((): Overrides => tenantLimits.get(tenantId)?.limits ?? {})
+      )
+
+    /**
+     * The tenant's overrides, at most about a second old. A stale entry is answered at once and
+     * refreshed by one background read, so a busy tenant costs one query a second, not one per request.
+     */
     const overrideOf = (tenantId: string) =>
-      Effect.gen(function*() {
+      Effect.suspend(() => {
         const cached = tenantLimits.get(tenantId)
-        if (cached !== undefined && Date.now() - cached.at < TENANT_LIMITS_TTL_MS) return cached.limits
-        const rows = yield* sql<{ limits: unknown }>`SELECT limits FROM tenants WHERE id = ${tenantId}`
-        const limits: Overrides = Option.getOrElse(decodeTenantLimits(rows[0]?.limits ?? {}), () => ({}))
-        tenantLimits.set(tenantId, { at: Date.now(), limits })
-        return limits
-      }).pipe(Effect.orElseSucceed((): Overrides => tenantLimits.get(tenantId)?.limits ?? {}))
+        if (cached === undefined) return loadOverrides(tenantId)
+        if (Date.now() - cached.at >= TENANT_LIMITS_TTL_MS && !refreshing.has(tenantId)) {
+          refreshing.add(tenantId)
+          return loadOverrides(tenantId).pipe(
+            Effect.ensuring(Effect.sync(() => refreshing.delete(tenantId))),
+            Effect.forkIn(scope),
+            Effect.as(cached.limits)
+          )
+        }
+        return Effect.succeed(cached.limits)
+      })
 
     /** Tenant override, then `RATE_LIMITS`, then the built-in default. */
     const windowOf = (bucket: Bucket, tenantId: string | null) =>
