@@ -2,7 +2,7 @@ import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { query } from "./support/TestDatabase.js"
 import { tenantApi, tenantWithConversation } from "./support/Fixtures.js"
-import { TestNodeLive } from "./support/TestNode.js"
+import { admin, TestNodeLive } from "./support/TestNode.js"
 
 const countActivities = (conversationId: string) =>
   Effect.map(query<{ n: string }>("SELECT count(*) AS n FROM activities WHERE conversation_id = $1", [conversationId]), (r) =>
@@ -136,6 +136,56 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
         expect(yield* countActivities(other.conversationId)).toBe(0)
         const unknown = yield* tenantApi(key, "POST", `/conversations/${crypto.randomUUID()}/activities`, { text: "x" })
         expect(unknown.status).toBe(404)
+      }))
+  })
+
+  describe("bad references", () => {
+    it.effect("unknown conversations are 404 on every route; a reply into another conversation is 422", () =>
+      Effect.gen(function*() {
+        const { conversationId, key } = yield* tenantWithConversation
+        const unknown = crypto.randomUUID()
+        for (const [method, path] of [
+          ["GET", `/conversations/${unknown}`],
+          ["POST", `/conversations/${unknown}/close`],
+          ["POST", `/conversations/${unknown}/reopen`],
+          ["GET", `/conversations/${unknown}/activities`]
+        ] as const) {
+          const reply = yield* tenantApi(key, method, path)
+          expect(reply.status, path).toBe(404)
+          expect(reply.body.error.code).toBe("not_found")
+        }
+        expect((yield* tenantApi(key, "GET", "/conversations/not-a-uuid")).status).toBe(400)
+        const other = yield* tenantWithConversation
+        const elsewhere = (yield* tenantApi(other.key, "POST", `/conversations/${other.conversationId}/activities`, { text: "x" }))
+          .body.data
+        const reply = yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, {
+          text: "re",
+          reply_to_id: elsewhere.id
+        })
+        expect(reply.status).toBe(422)
+        expect(reply.body.error.details.reply_to_id).toBeDefined()
+        const longKey = yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, { text: "k" }, {
+          "x-idempotency-key": "k".repeat(256)
+        })
+        expect(longKey.status).toBe(400)
+        expect(longKey.body.error.code).toBe("bad_request")
+        expect(yield* countActivities(conversationId)).toBe(0)
+      }))
+
+    it.effect("read, write and scope: a read-only key cannot post, a write-only key cannot list", () =>
+      Effect.gen(function*() {
+        const { conversationId, tenant } = yield* tenantWithConversation
+        const issue = (scopes: ReadonlyArray<string>) =>
+          Effect.map(admin("POST", `/tenants/${tenant.id}/api_keys`, { api_key: { name: "k", scopes } }), (r) => r.body.data.key as string)
+        const reader = yield* issue(["read"])
+        const writer = yield* issue(["write"])
+        const post = yield* tenantApi(reader, "POST", `/conversations/${conversationId}/activities`, { text: "no" })
+        expect(post.status).toBe(403)
+        expect(post.body.error).toMatchObject({ code: "insufficient_scope", details: { required: ["write"] } })
+        const list = yield* tenantApi(writer, "GET", `/conversations/${conversationId}/activities`)
+        expect(list.body.error).toMatchObject({ code: "insufficient_scope", details: { required: ["read"] } })
+        expect((yield* tenantApi(writer, "POST", `/conversations/${conversationId}/activities`, { text: "yes" })).status).toBe(201)
+        expect(yield* countActivities(conversationId)).toBe(1)
       }))
   })
 
