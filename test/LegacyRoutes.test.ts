@@ -1,7 +1,7 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, HashMap, Logger, LogLevel } from "effect"
 import { TokenSigner } from "../src/auth/TokenSigner.js"
-import { markDeprecated } from "../src/http/ApiKeyAuth.js"
+import { markDeprecated } from "../src/http/TenantAuth.js"
 import { insertChannel, insertConversation, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { query } from "./support/TestDatabase.js"
 import { admin, createTenant, type Reply, request, TestNodeLive } from "./support/TestNode.js"

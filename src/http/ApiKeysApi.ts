@@ -3,7 +3,7 @@ import { Schema } from "effect"
 import { InsufficientScope, NotFound, Unavailable, ValidationFailed } from "../domain/ApiError.js"
 import { ApiKey } from "../domain/ApiKey.js"
 import { ApiKeyBody, ApiKeyWithKey } from "./AdminApi.js"
-import { ManageAuth } from "./ApiKeyAuth.js"
+import { ManageAuth } from "./TenantAuth.js"
 import { envelope } from "./ErrorEnvelope.js"
 
 const ApiKeyPath = Schema.Struct({ id: Schema.UUID })

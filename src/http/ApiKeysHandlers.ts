@@ -1,7 +1,7 @@
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
 import { ApiKeys } from "../tenants/ApiKeys.js"
-import { CurrentCredential } from "./ApiKeyAuth.js"
+import { CurrentCredential } from "./TenantAuth.js"
 import { ParleyApi } from "./ParleyApi.js"
 
 /** `/api/v1/manage/api_keys`: the calling key's tenant's scoped keys. */

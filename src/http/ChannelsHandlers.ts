@@ -2,7 +2,7 @@ import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Option } from "effect"
 import { Channels, type IssuedChannelSecret } from "../channels/Channels.js"
 import type { ChannelInput } from "../domain/Channel.js"
-import { CurrentCredential } from "./ApiKeyAuth.js"
+import { CurrentCredential } from "./TenantAuth.js"
 import { withETag } from "./ETag.js"
 import { ParleyApi } from "./ParleyApi.js"
 

@@ -12,7 +12,7 @@ import {
   Unavailable
 } from "../domain/ApiError.js"
 import { Conversation } from "../domain/Conversation.js"
-import { TenantAuth, TenantKeyAuth } from "./ApiKeyAuth.js"
+import { TenantAuth, TenantKeyAuth } from "./TenantAuth.js"
 import { envelope } from "./ErrorEnvelope.js"
 
 const ConversationPath = Schema.Struct({ id: Schema.UUID })

@@ -3,7 +3,7 @@ import { Effect } from "effect"
 import { Conversations } from "../conversations/Conversations.js"
 import { BadRequest } from "../domain/ApiError.js"
 import { RateLimiter } from "../ratelimit/RateLimiter.js"
-import { requireScope } from "./ApiKeyAuth.js"
+import { requireScope } from "./TenantAuth.js"
 import { decodeCursor, encodeCursor, parseLimit, parseUuid } from "./Paging.js"
 import { ParleyApi } from "./ParleyApi.js"
 

@@ -6,7 +6,7 @@ import { AppConfig } from "../config/AppConfig.js"
 import { Conversations } from "../conversations/Conversations.js"
 import { BadRequest, Forbidden, Unauthorized } from "../domain/ApiError.js"
 import { RateLimiter } from "../ratelimit/RateLimiter.js"
-import { markDeprecated } from "./ApiKeyAuth.js"
+import { markDeprecated } from "./TenantAuth.js"
 import { clientAddress } from "./ClientAddress.js"
 import type { RouteSpec } from "./RouteTable.js"
 

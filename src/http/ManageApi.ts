@@ -3,7 +3,7 @@ import { Schema } from "effect"
 import { NotFound, PreconditionFailed, Unavailable, ValidationFailed } from "../domain/ApiError.js"
 import { SettingsInput, Tenant } from "../domain/Tenant.js"
 import { IfMatchHeaders } from "./AdminApi.js"
-import { ManageAuth } from "./ApiKeyAuth.js"
+import { ManageAuth } from "./TenantAuth.js"
 import { envelope } from "./ErrorEnvelope.js"
 
 const SettingsBody = Schema.Struct({ settings: SettingsInput })

@@ -7,7 +7,7 @@ import {
   PublishableKeyInput,
   PublishableKeyWithKey
 } from "../domain/PublishableKey.js"
-import { ManageAuth } from "./ApiKeyAuth.js"
+import { ManageAuth } from "./TenantAuth.js"
 import { ChannelPath } from "./ChannelsApi.js"
 import { envelope } from "./ErrorEnvelope.js"
 

@@ -2,7 +2,7 @@ import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
 import { PublishableKeys } from "../channels/PublishableKeys.js"
 import type { PublishableKey } from "../domain/PublishableKey.js"
-import { CurrentCredential } from "./ApiKeyAuth.js"
+import { CurrentCredential } from "./TenantAuth.js"
 import { ParleyApi } from "./ParleyApi.js"
 
 const withKey = ({ key, publishableKey }: { readonly publishableKey: PublishableKey; readonly key: string }) => ({

@@ -2,7 +2,7 @@ import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Option } from "effect"
 import type { UserInput } from "../domain/PortalUser.js"
 import { PortalUsers } from "../tenants/PortalUsers.js"
-import { CurrentCredential } from "./ApiKeyAuth.js"
+import { CurrentCredential } from "./TenantAuth.js"
 import { withETag } from "./ETag.js"
 import { ParleyApi } from "./ParleyApi.js"
 
