@@ -189,7 +189,18 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
 
     yield* Effect.forkScoped(
       Effect.forever(
-        Queue.takeBetween(inbox, 1, MAX_COMMANDS_PER_ROUND).pipe(Effect.flatMap((chunk) => round([...chunk], 0)))
+        Queue.takeBetween(inbox, 1, MAX_COMMANDS_PER_ROUND).pipe(Effect.flatMap((chunk) =>
+          round([...chunk], 0).pipe(
+            // A bug in one round answers its commands with the defect and forgets the state;
+            // the conversation keeps taking commands.
+            Effect.catchAllCause((cause) =>
+              Effect.logError("conversation round failed unexpectedly", cause).pipe(
+                Effect.zipRight(Effect.sync(() => (state = undefined))),
+                Effect.zipRight(Effect.forEach(chunk, (command) => Deferred.failCause(command.done as StatusDone, cause), { discard: true }))
+              )
+            )
+          )
+        ))
       )
     )
     yield* Effect.addFinalizer(() => Queue.takeAll(inbox).pipe(Effect.flatMap((left) => failAll([...left], new Moved()))))

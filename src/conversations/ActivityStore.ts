@@ -149,7 +149,16 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
 
     yield* Effect.forkScoped(
       Effect.forever(Queue.takeBetween(queue, 1, MAX_GROUPS_PER_TRANSACTION).pipe(
-        Effect.flatMap((chunk) => writeBatch([...chunk]))
+        Effect.flatMap((chunk) =>
+          writeBatch([...chunk]).pipe(
+            // A bug in one batch answers its callers with the defect; the writer keeps writing.
+            Effect.catchAllCause((cause) =>
+              Effect.logError("activity write failed unexpectedly", cause).pipe(
+                Effect.zipRight(Effect.forEach(chunk, ({ done }) => Deferred.failCause(done, cause), { discard: true }))
+              )
+            )
+          )
+        )
       )).pipe(Effect.replicateEffect(WRITERS, { concurrency: "unbounded", discard: true }))
     )
 
