@@ -45,5 +45,6 @@ export const NodeLive = HttpLive.pipe(
   Layer.provideMerge(ClusterLive),
   Layer.provide(NodeServices),
   Layer.provide(MigrationsLive),
-  Layer.provide(DatabaseLive)
+  // Merged into the output too: in-process test nodes read their own database through it.
+  Layer.provideMerge(DatabaseLive)
 )

@@ -196,11 +196,11 @@ layer(
         const closed = yield* post("/conversations", { secret: channel.secret, body: { status: "closed" } })
         expect(closed.status).toBe(201)
         expect(closed.body.data).toMatchObject({ status: "closed", metadata: {} })
-        const rows = yield* query<{ status: string; closed_at: Date | null }>(
+        const rows = yield* query<{ status: string; closed_at: string | null }>(
           "SELECT status, closed_at FROM conversations WHERE id = $1",
           [closed.body.data.id]
         )
-        expect(rows).toEqual([{ status: "closed", closed_at: expect.any(Date) }])
+        expect(rows).toEqual([{ status: "closed", closed_at: expect.any(String) }])
         const bare = yield* post("/conversations", { secret: channel.secret })
         expect(bare.status).toBe(201)
         expect(bare.body.data).toMatchObject({ status: "active", metadata: {} })

@@ -28,8 +28,8 @@ const keyCount = (tenantId: string) =>
 
 const lastUsedAt = (id: string) =>
   Effect.map(
-    query<{ last_used_at: Date | null }>("SELECT last_used_at FROM api_keys WHERE id = $1", [id]),
-    (rows) => rows[0]!.last_used_at?.getTime() ?? null
+    query<{ last_used_at: string | null }>("SELECT last_used_at FROM api_keys WHERE id = $1", [id]),
+    (rows) => (rows[0]!.last_used_at === null ? null : Date.parse(rows[0]!.last_used_at))
   )
 
 const inOneHour = () => new Date(Date.now() + 3_600_000).toISOString()
@@ -135,7 +135,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("scoped API keys", (it) => 
           expect(reply.body.error).toMatchObject({ code: "insufficient_scope", details: { required: ["manage"] } })
         }
         expect(yield* keyCount(tenant.id)).toBe(1)
-        const [row] = yield* query<{ revoked_at: Date | null }>("SELECT revoked_at FROM api_keys WHERE id = $1", [reader.id])
+        const [row] = yield* query<{ revoked_at: string | null }>("SELECT revoked_at FROM api_keys WHERE id = $1", [reader.id])
         expect(row!.revoked_at).toBeNull()
       }))
   })

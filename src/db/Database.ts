@@ -26,7 +26,9 @@ const types: Pg.CustomTypesConfig = {
 }
 
 const POOL_SIZE = 10
-const EMBEDDED_POOL_SIZE = 4
+// PGlite runs every connection in one session, so concurrent transactions would interleave in it:
+// one connection makes the pool serialise them.
+const EMBEDDED_POOL_SIZE = 1
 
 const freePort = Effect.async<number, SqlError>((resume) => {
   const server = createServer()

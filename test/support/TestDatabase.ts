@@ -1,3 +1,4 @@
+import { SqlClient } from "@effect/sql"
 import { Context, Effect, Layer } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -45,9 +46,12 @@ export const TestDatabaseLive = Layer.scoped(
   })
 )
 
-/** Runs SQL against the test file's database (PostgreSQL only) to check what was stored. */
-export const query = <Row = Record<string, unknown>>(text: string, values: ReadonlyArray<unknown> = []) =>
-  Effect.flatMap(TestDatabase, ({ url }) =>
-    url === undefined
-      ? Effect.die("direct SQL needs DATABASE_URL")
-      : withClient(url, (client) => client.query(text, [...values]).then((r) => r.rows as Array<Row>)))
+/**
+ * Runs SQL on the test node's own database connection (PostgreSQL or the embedded one), to set up
+ * rows and to check what was stored.
+ */
+export const query = <Row extends object = Record<string, unknown>>(text: string, values: ReadonlyArray<unknown> = []) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe<Row>(text, values)).pipe(
+    Effect.map((rows) => rows as ReadonlyArray<Row> as Array<Row>),
+    Effect.orDie
+  )
