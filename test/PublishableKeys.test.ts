@@ -6,6 +6,13 @@ import { createTenant, TestNodeLive } from "./support/TestNode.js"
 
 const keysOf = (channelId: string) => `/channels/${channelId}/publishable_keys`
 
+/** A key named `web` on the channel, with the given allowed origins; the created resource. */
+const createKey = (apiKey: string, channelId: string, origins: ReadonlyArray<string> = ["https://a.example.com"]) =>
+  Effect.map(
+    manage(apiKey, "POST", keysOf(channelId), { publishable_key: { name: "web", allowed_origins: origins } }),
+    (reply) => reply.body.data
+  )
+
 /** The stored hash of a key, as hex; undefined when the key is gone. */
 const storedHash = (id: string) =>
   query<{ hash: string }>("SELECT encode(key_hash, 'hex') AS hash FROM publishable_keys WHERE id = $1", [id]).pipe(
@@ -63,9 +70,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("management API: publishabl
       Effect.gen(function*() {
         const tenant = yield* createTenant()
         const channel = yield* createChannel(tenant.api_key)
-        const created = (yield* manage(tenant.api_key, "POST", keysOf(channel.id), {
-          publishable_key: { name: "web", allowed_origins: ["https://a.example.com"] }
-        })).body.data
+        const created = yield* createKey(tenant.api_key, channel.id)
         const disabled = yield* manage(tenant.api_key, "PATCH", `${keysOf(channel.id)}/${created.id}`, {
           publishable_key: { status: "disabled" }
         })
@@ -91,9 +96,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("management API: publishabl
       Effect.gen(function*() {
         const tenant = yield* createTenant()
         const channel = yield* createChannel(tenant.api_key)
-        const created = (yield* manage(tenant.api_key, "POST", keysOf(channel.id), {
-          publishable_key: { name: "web", allowed_origins: [] }
-        })).body.data
+        const created = yield* createKey(tenant.api_key, channel.id, [])
         const rotated = yield* manage(tenant.api_key, "POST", `${keysOf(channel.id)}/${created.id}/rotate`)
         expect(rotated.status).toBe(200)
         const { key, ...shown } = rotated.body.data
@@ -111,9 +114,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("management API: publishabl
       Effect.gen(function*() {
         const tenant = yield* createTenant()
         const channel = yield* createChannel(tenant.api_key)
-        const created = (yield* manage(tenant.api_key, "POST", keysOf(channel.id), {
-          publishable_key: { name: "web", allowed_origins: ["https://a.example.com"] }
-        })).body.data
+        const created = yield* createKey(tenant.api_key, channel.id)
         const removed = yield* manage(tenant.api_key, "DELETE", `${keysOf(channel.id)}/${created.id}`)
         expect(removed.status).toBe(204)
         expect(yield* storedHash(created.id)).toBeUndefined()
@@ -177,9 +178,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("management API: publishabl
         const tooMany = Array.from({ length: 101 }, (_, i) => `https://a${i}.example.com`)
         expect(yield* refused({ name: "web", allowed_origins: tooMany })).toHaveProperty("allowed_origins")
 
-        const created = (yield* manage(tenant.api_key, "POST", keysOf(channel.id), {
-          publishable_key: { name: "web", allowed_origins: ["https://a.example.com"] }
-        })).body.data
+        const created = yield* createKey(tenant.api_key, channel.id)
         const before = yield* manage(tenant.api_key, "GET", keysOf(channel.id))
         for (const body of [{ status: "revoked" }, { allowed_origins: ["*"] }, { name: "" }]) {
           const reply = yield* manage(tenant.api_key, "PATCH", `${keysOf(channel.id)}/${created.id}`, { publishable_key: body })

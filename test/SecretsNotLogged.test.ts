@@ -1,0 +1,43 @@
+import { expect, layer } from "@effect/vitest"
+import { Effect } from "effect"
+import { insertChannel, tenantApi } from "./support/Fixtures.js"
+import { ADMIN_TOKEN, createTenant, request, TestNodeLive } from "./support/TestNode.js"
+
+const METHODS = ["log", "info", "warn", "error", "debug"] as const
+
+/** Everything written through the console (where Effect's loggers write) while `effect` runs. */
+const captureOutput = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.acquireUseRelease(
+    Effect.sync(() => {
+      const written: Array<string> = []
+      const originals = METHODS.map((method) => [method, console[method]] as const)
+      for (const method of METHODS) console[method] = (...args: Array<unknown>) => void written.push(args.map(String).join(" "))
+      return { written, originals }
+    }),
+    ({ written }) => Effect.map(effect, () => written.join("\n")),
+    ({ originals }) => Effect.sync(() => originals.forEach(([method, original]) => (console[method] = original)))
+  )
+
+layer(TestNodeLive({ LOG_LEVEL: "debug" }), { excludeTestServices: true })("logging", (it) => {
+  it.effect("debug logs carry no API key, channel secret, admin token or token of a request", () =>
+    Effect.gen(function*() {
+      let secrets: Array<string> = []
+      const output = yield* captureOutput(Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const channel = yield* insertChannel(tenant.id)
+        const legacy = yield* request("POST", "/api/v1/conversations", {
+          body: { metadata: {} },
+          headers: { "x-channel-token": channel.secret }
+        })
+        const token = yield* request("POST", "/api/v1/tokens", {
+          body: { conversation_id: legacy.body.data.id, user_id: "u-1" },
+          headers: { "x-channel-token": channel.secret }
+        })
+        yield* tenantApi(tenant.api_key, "GET", "/conversations/not-a-uuid")
+        yield* tenantApi(`${tenant.api_key}x`, "GET", "/conversations")
+        secrets = [tenant.api_key, channel.secret, ADMIN_TOKEN, token.body.token]
+      }))
+      expect(output).toContain("http request")
+      for (const secret of secrets) expect(output).not.toContain(secret)
+    }))
+})
