@@ -133,7 +133,8 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
           idempotency_key: options.idempotencyKey,
           source_channel_id: options.sourceChannelId
         })
-        return yield* appendTo(conversationId, { tenantId: scope.tenantId, draft, deadline: Date.now() + WRITE_DEADLINE_MS })
+        // One entity per conversation, however the caller spelled its id.
+        return yield* appendTo(conversationId.toLowerCase(), { tenantId: scope.tenantId, draft, deadline: Date.now() + WRITE_DEADLINE_MS })
       })
 
     /** Closes or reopens; idempotent. Returns the conversation as it is afterwards. */

@@ -29,6 +29,9 @@ export const ActivityBody = Schema.Struct({
   sender: Schema.optional(Schema.Unknown)
 })
 
+/** The answer to an append: 201 with the stored activity. */
+export const ActivityCreated = Schema.Struct({ data: Activity })
+
 const PageMeta = Schema.Struct({ next_cursor: Schema.NullOr(Schema.String), has_more: Schema.Boolean, limit: Schema.Int })
 const WatermarkMeta = Schema.Struct({ watermark: Schema.NullOr(Schema.Int), has_more: Schema.Boolean, limit: Schema.Int })
 
@@ -47,7 +50,7 @@ export class ConversationsApi extends HttpApiGroup.make("conversations")
       .setPath(ConversationPath)
       .setHeaders(Schema.Struct({ "x-idempotency-key": Schema.optional(Schema.String) }))
       .setPayload(ActivityBody)
-      .addSuccess(Schema.Struct({ data: Activity }), { status: 201 })
+      .addSuccess(ActivityCreated, { status: 201 })
   )
   .add(
     HttpApiEndpoint.get("listActivities", "/conversations/:id/activities")

@@ -3,14 +3,33 @@ import { Effect } from "effect"
 import { Conversations } from "../conversations/Conversations.js"
 import { BadRequest } from "../domain/ApiError.js"
 import { RateLimiter } from "../ratelimit/RateLimiter.js"
-import { requireScope } from "./TenantAuth.js"
+import type { ActivityInput } from "../conversations/ActivityRules.js"
+import { checkScope, CurrentCredential, requireScope, type TenantCredential } from "./TenantAuth.js"
 import { decodeCursor, encodeCursor, parseLimit, parseUuid } from "./Paging.js"
 import { ParleyApi } from "./ParleyApi.js"
+
+/** `POST /conversations/:id/activities` once the caller is known: scope, rate limit, append. */
+export const postActivity = (conversations: Conversations, limiter: RateLimiter) =>
+(
+  credential: TenantCredential,
+  conversationId: string,
+  payload: ActivityInput,
+  idempotencyKey: string | undefined
+) =>
+  Effect.gen(function*() {
+    yield* checkScope(credential, "write")
+    yield* limiter.consume("activity_create", credential.tenantId, credential.tenantId)
+    const data = yield* conversations.append(credential, conversationId, payload, {
+      idempotencyKey: idempotencyKey ?? null,
+      sourceChannelId: null
+    })
+    return { data }
+  })
 
 export const ConversationsHandlers = HttpApiBuilder.group(ParleyApi, "conversations", (handlers) =>
   Effect.gen(function*() {
     const conversations = yield* Conversations
-    const limiter = yield* RateLimiter
+    const post = postActivity(conversations, yield* RateLimiter)
     const setStatus = (status: "active" | "closed") => ({ path }: { readonly path: { readonly id: string } }) =>
       Effect.gen(function*() {
         const credential = yield* requireScope("write")
@@ -25,15 +44,7 @@ export const ConversationsHandlers = HttpApiBuilder.group(ParleyApi, "conversati
       .handle("close", setStatus("closed"))
       .handle("reopen", setStatus("active"))
       .handle("appendActivity", ({ headers, path, payload }) =>
-        Effect.gen(function*() {
-          const credential = yield* requireScope("write")
-          yield* limiter.consume("activity_create", credential.tenantId, credential.tenantId)
-          const data = yield* conversations.append(credential, path.id, payload, {
-            idempotencyKey: headers["x-idempotency-key"] ?? null,
-            sourceChannelId: null
-          })
-          return { data }
-        }))
+        Effect.flatMap(CurrentCredential, (credential) => post(credential, path.id, payload, headers["x-idempotency-key"])))
       .handle("listActivities", ({ path, urlParams }) =>
         Effect.gen(function*() {
           const credential = yield* requireScope("read")

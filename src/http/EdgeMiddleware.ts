@@ -1,36 +1,20 @@
-import { HttpApiSchema, HttpLayerRouter, HttpServerError, HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { Cause, Chunk, Effect, Option, type Schema } from "effect"
-import type { WireError } from "../domain/ApiError.js"
+import { HttpLayerRouter, HttpServerError, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { Cause, Chunk, Effect, Option } from "effect"
 import { Lifecycle } from "../ops/Lifecycle.js"
 import { Metrics } from "../ops/Metrics.js"
+import {
+  acceptsJson,
+  isWireError,
+  MAX_JSON_BODY_BYTES,
+  REQUEST_BODY_TOO_LARGE,
+  REQUEST_BODY_UNREADABLE,
+  REQUEST_SHAPE_MISMATCH,
+  retryAfterSeconds,
+  statusOfWireError
+} from "./EdgeRules.js"
 import { envelopeBody, envelopeResponse, toBody } from "./ErrorEnvelope.js"
 import { RequestId, requestIdFrom } from "./RequestId.js"
 import { RouteTable } from "./RouteTable.js"
-
-/** Largest JSON body any API route reads; uploads set their own limit. */
-export const MAX_JSON_BODY_BYTES = 1024 * 1024
-
-const isWireError = (u: unknown): u is WireError =>
-  typeof u === "object" && u !== null && "code" in u && "wireDetails" in u && "message" in u &&
-  typeof (u as WireError).code === "string"
-
-/** Accept excludes JSON when it names types and none of them can be JSON. */
-const acceptsJson = (accept: string | undefined) => {
-  if (accept === undefined || accept.trim() === "") return true
-  return accept.split(",").some((part) => {
-    const [type, ...params] = part.trim().toLowerCase().split(";")
-    const q = params.map((p) => p.trim()).find((p) => p.startsWith("q="))
-    if (q !== undefined && Number(q.slice(2)) === 0) return false
-    return type === "*/*" || type === "application/*" || type === "application/json" ||
-      (type?.startsWith("application/") === true && type.endsWith("+json"))
-  })
-}
-
-/** The status an error class declares through its HttpApi annotation (500 when it declares none). */
-const statusOfWireError = (error: WireError): number => {
-  const schema = error.constructor as unknown as Partial<Schema.Schema.Any>
-  return schema.ast === undefined ? 500 : HttpApiSchema.getStatusErrorAST(schema.ast)
-}
 
 /**
  * 413 for a JSON body over the limit. The rest of the body is never read, so the connection
@@ -38,7 +22,7 @@ const statusOfWireError = (error: WireError): number => {
  */
 const payloadTooLarge = (requestId: string) =>
   HttpServerResponse.setHeader(
-    envelopeResponse(413, "payload_too_large", "request body too large", { max_bytes: MAX_JSON_BODY_BYTES }, requestId),
+    envelopeResponse(413, "payload_too_large", REQUEST_BODY_TOO_LARGE, { max_bytes: MAX_JSON_BODY_BYTES }, requestId),
     "connection",
     "close"
   )
@@ -70,7 +54,7 @@ const responseFromCause = (cause: Cause.Cause<unknown>, requestId: string, allow
       return Effect.succeed(
         isBodyTooLarge(error)
           ? payloadTooLarge(requestId)
-          : envelopeResponse(400, "bad_request", "the request body could not be read or parsed", null, requestId)
+          : envelopeResponse(400, "bad_request", REQUEST_BODY_UNREADABLE, null, requestId)
       )
     }
     if (isWireError(error)) {
@@ -103,16 +87,14 @@ const finishResponse = (response: HttpServerResponse.HttpServerResponse, request
     const body = jsonBodyOf(response) as { _tag?: string; message?: string } | undefined
     if (body?._tag === "HttpApiDecodeError") {
       return HttpServerResponse.unsafeJson(
-        envelopeBody("bad_request", "the request does not match the expected shape", null, requestId),
+        envelopeBody("bad_request", REQUEST_SHAPE_MISMATCH, null, requestId),
         { status: 400, headers: response.headers }
       )
     }
   }
   if ((response.status === 429 || response.status === 503) && response.headers["retry-after"] === undefined) {
     const body = jsonBodyOf(response) as { error?: { details?: { retry_after_ms?: number } | null } } | undefined
-    const ms = body?.error?.details?.retry_after_ms
-    const seconds = typeof ms === "number" ? Math.max(1, Math.ceil(ms / 1000)) : 1
-    return HttpServerResponse.setHeader(response, "retry-after", String(seconds))
+    return HttpServerResponse.setHeader(response, "retry-after", retryAfterSeconds(body?.error?.details?.retry_after_ms))
   }
   return response
 }

@@ -14,6 +14,7 @@ import { Readiness } from "../ops/Readiness.js"
 import { ApiKeys } from "../tenants/ApiKeys.js"
 import { PortalUsers } from "../tenants/PortalUsers.js"
 import { Tenants } from "../tenants/Tenants.js"
+import { AppendRoute } from "./AppendRoute.js"
 import { AdminAuthLive } from "./AdminAuth.js"
 import { AdminHandlers } from "./AdminHandlers.js"
 import { ManageAuthLive, TenantAuthLive, TenantKeyAuthLive } from "./TenantAuth.js"
@@ -87,10 +88,14 @@ export const RouteServices = Layer.mergeAll(
   Layer.provideMerge(AddressGuard.Default)
 )
 
-/** The HTTP server on `HOST`:`PORT`. */
+/** The HTTP server on `HOST`:`PORT`; the lean append route sees each request before the router. */
 export const ServerLive = Layer.unwrapEffect(
-  Effect.map(AppConfig, (config) => NodeHttpServer.layer(createNodeServer, { host: config.host, port: config.port }))
-)
+  Effect.gen(function*() {
+    const config = yield* AppConfig
+    const appendRoute = yield* AppendRoute
+    return NodeHttpServer.layer(() => createNodeServer(appendRoute.claim), { host: config.host, port: config.port })
+  })
+).pipe(Layer.provide(AppendRoute.Default))
 
 /**
  * The node's HTTP service. Layers are released in the reverse order of building, and `serve`

@@ -20,12 +20,14 @@ export interface TenantCredential {
 
 export class CurrentCredential extends Context.Tag("parley/CurrentCredential")<CurrentCredential, TenantCredential>() {}
 
+/** 403 `insufficient_scope` unless the credential holds `scope`. */
+export const checkScope = (credential: TenantCredential, scope: Scope) =>
+  credential.scopes.includes(scope)
+    ? Effect.succeed(credential)
+    : Effect.fail(new InsufficientScope({ message: `this key lacks the ${scope} scope`, required: [scope] }))
+
 /** 403 `insufficient_scope` unless the request's key holds `scope`. */
-export const requireScope = (scope: Scope) =>
-  Effect.flatMap(CurrentCredential, (credential) =>
-    credential.scopes.includes(scope)
-      ? Effect.succeed(credential)
-      : Effect.fail(new InsufficientScope({ message: `this key lacks the ${scope} scope`, required: [scope] })))
+export const requireScope = (scope: Scope) => Effect.flatMap(CurrentCredential, (credential) => checkScope(credential, scope))
 
 const security = { apiKey: HttpApiSecurity.apiKey({ key: "x-api-key", in: "header" }) }
 const failure = Schema.Union(
@@ -42,10 +44,9 @@ export class ManageAuth extends HttpApiMiddleware.Tag<ManageAuth>()("parley/Mana
   security
 }) {}
 
-const authenticate = (keys: ApiKeys) =>
+/** The credential an `x-api-key` header value stands for; 401 when it is missing or not valid now. */
+export const credentialForApiKey = (keys: ApiKeys, raw: string | undefined) =>
   Effect.gen(function*() {
-    const request = yield* HttpServerRequest.HttpServerRequest
-    const raw = request.headers["x-api-key"]
     if (raw === undefined || raw === "") {
       return yield* new Unauthorized({ message: "missing x-api-key" })
     }
@@ -59,6 +60,9 @@ const authenticate = (keys: ApiKeys) =>
       actor: { type: "tenant_api", id: kind === "primary" ? tenantId : id }
     } satisfies TenantCredential
   })
+
+const authenticate = (keys: ApiKeys) =>
+  Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => credentialForApiKey(keys, request.headers["x-api-key"]))
 
 export const ManageAuthLive = Layer.effect(
   ManageAuth,

@@ -4,6 +4,7 @@ import type { Actor } from "../auth/Actor.js"
 import { actorLabel } from "../auth/Actor.js"
 import { generateCredential, hashCredential } from "../auth/Credential.js"
 import { AuditLog } from "../db/AuditLog.js"
+import { makeBatcher } from "../db/Batcher.js"
 import { orUnavailable } from "../db/SqlFailure.js"
 import { InsufficientScope, NotFound } from "../domain/ApiError.js"
 import { ApiKey, type ApiKeyInput, type AuthenticatedKey, allScopes, Scope } from "../domain/ApiKey.js"
@@ -12,6 +13,7 @@ import { Problems } from "../domain/Problems.js"
 const KEY_COLUMNS = "id, tenant_id, name, prefix, scopes, expires_at, last_used_at, revoked_at, created_by, inserted_at, updated_at"
 
 const AuthRow = Schema.Struct({
+  hash: Schema.String,
   id: Schema.String,
   tenant_id: Schema.String,
   kind: Schema.Literal("primary", "scoped"),
@@ -23,32 +25,34 @@ const isScope = (s: string): s is Scope => (allScopes as ReadonlyArray<string>).
 
 /** Tenant API keys: the primary key of each tenant and its scoped keys. Only hashes are stored. */
 export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
-  effect: Effect.gen(function*() {
+  scoped: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const audit = yield* AuditLog
 
-    const findAuth = SqlSchema.findOne({
-      Request: Schema.Uint8ArrayFromSelf,
-      Result: AuthRow,
-      execute: (hash) =>
-        sql`
-          SELECT k.id, k.tenant_id, k.kind, k.scopes,
+    const decodeAuthRows = Schema.decodeUnknown(Schema.Array(AuthRow))
+
+    /** Looks up many presented keys in one query; the answer for each is its row if valid now. */
+    const findAuth = (hashes: ReadonlyArray<Buffer>) =>
+      Effect.gen(function*() {
+        const rows = yield* sql`
+          SELECT encode(k.key_hash, 'hex') AS hash, k.id, k.tenant_id, k.kind, k.scopes,
                  (k.last_used_at IS NULL OR k.last_used_at < now() - interval '1 minute') AS stale
           FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
-          WHERE k.key_hash = ${hash} AND k.revoked_at IS NULL
-            AND (k.expires_at IS NULL OR k.expires_at > now()) AND t.status = 'active'`
-    })
+          WHERE k.key_hash IN (SELECT decode(h, 'hex') FROM UNNEST(${hashes.map((h) => h.toString("hex"))}::text[]) AS h)
+            AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now()) AND t.status = 'active'`
+        const found = yield* decodeAuthRows(rows).pipe(Effect.orDie)
+        const stale = [...new Set(found.filter((row) => row.stale).map((row) => row.id))]
+        if (stale.length > 0) yield* sql`UPDATE api_keys SET last_used_at = now() WHERE id = ANY(${stale}::uuid[])`
+        const byHash = new Map(found.map((row) => [row.hash, row]))
+        return hashes.map((hash) => Option.fromNullable(byHash.get(hash.toString("hex"))))
+      })
+
+    // Every request of the tenant API authenticates: concurrent ones share a query.
+    const lookUp = yield* makeBatcher({ maxBatch: 256, concurrency: 2, run: findAuth })
 
     /** The key's identity when it is valid now; `last_used_at` is written at most once a minute. */
     const authenticate = (raw: string) =>
-      findAuth(hashCredential(raw)).pipe(
-        Effect.tap(Option.match({
-          onNone: () => Effect.void,
-          onSome: (row) =>
-            row.stale
-              ? sql`UPDATE api_keys SET last_used_at = now() WHERE id = ${row.id}`.pipe(Effect.asVoid)
-              : Effect.void
-        })),
+      lookUp(hashCredential(raw)).pipe(
         Effect.map(Option.map((row): AuthenticatedKey => ({
           id: row.id,
           tenantId: row.tenant_id,

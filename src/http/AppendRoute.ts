@@ -1,0 +1,187 @@
+import type { ServerResponse } from "node:http"
+import { Cause, Chunk, Effect, Either, Option, Runtime, Schema } from "effect"
+import { Conversations } from "../conversations/Conversations.js"
+import { Lifecycle } from "../ops/Lifecycle.js"
+import { Metrics } from "../ops/Metrics.js"
+import { RateLimiter } from "../ratelimit/RateLimiter.js"
+import { ApiKeys } from "../tenants/ApiKeys.js"
+import { ActivityBody, ActivityCreated } from "./ConversationsApi.js"
+import { postActivity } from "./ConversationsHandlers.js"
+import {
+  acceptsJson,
+  isWireError,
+  MAX_JSON_BODY_BYTES,
+  REQUEST_BODY_TOO_LARGE,
+  REQUEST_BODY_UNREADABLE,
+  REQUEST_SHAPE_MISMATCH,
+  retryAfterSeconds,
+  statusOfWireError
+} from "./EdgeRules.js"
+import { envelopeBody, type ErrorEnvelope, toBody } from "./ErrorEnvelope.js"
+import type { AbandonableRequest, RequestClaim } from "./NodeServer.js"
+import { requestIdFrom } from "./RequestId.js"
+import { credentialForApiKey } from "./TenantAuth.js"
+
+const TEMPLATE = "/api/v1/conversations/:id/activities"
+const PATH = /^\/api\/v1\/conversations\/([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\/activities$/i
+
+const decodeBody = Schema.decodeUnknownEither(ActivityBody)
+const encodeCreated = Schema.encode(ActivityCreated)
+
+interface Answer {
+  readonly status: number
+  readonly body: unknown
+}
+
+const failed = (status: number, code: string, message: string, details: Record<string, unknown> | null, requestId: string) =>
+  ({ status, body: envelopeBody(code, message, details, requestId) }) satisfies Answer
+
+/** A request header as one string (node joins repeated custom headers with ", "). */
+const header = (request: AbandonableRequest, name: string): string | undefined => {
+  const value = request.headers[name]
+  return Array.isArray(value) ? value.join(", ") : value
+}
+
+/** The conversation id when the request is one this route answers exactly as the router would. */
+const claimable = (request: AbandonableRequest): string | undefined => {
+  if (request.method !== "POST") return undefined
+  const headers = request.headers
+  // Channel tokens (deprecated) and unusual requests take the router's way, with its answers.
+  if (headers["x-api-key"] === undefined || !acceptsJson(headers["accept"])) return undefined
+  const contentType = headers["content-type"]
+  if (contentType !== undefined && !contentType.toLowerCase().includes("application/json")) return undefined
+  if (Number(headers["content-length"] ?? "0") > MAX_JSON_BODY_BYTES) return undefined
+  const url = request.url ?? ""
+  const query = url.indexOf("?")
+  return PATH.exec(query === -1 ? url : url.slice(0, query))?.[1]
+}
+
+/**
+ * `POST /api/v1/conversations/:id/activities` with `x-api-key`, served on the node's HTTP server
+ * ahead of the router: the hottest route skips the HttpApi layers (ADR 0006). It runs the same
+ * authentication, rules and append as the routed handler and answers with the same statuses,
+ * envelopes and headers; every request it does not claim goes to the router.
+ */
+export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRoute", {
+  effect: Effect.gen(function*() {
+    const keys = yield* ApiKeys
+    const metrics = yield* Metrics
+    const lifecycle = yield* Lifecycle
+    const post = postActivity(yield* Conversations, yield* RateLimiter)
+    const runFork = Runtime.runFork(yield* Effect.runtime<never>())
+
+    /** The answer for a failure: the envelope of a typed error, or a logged 500 that reveals nothing. */
+    const fromCause = (cause: Cause.Cause<unknown>, requestId: string): Effect.Effect<Answer> => {
+      const failure = Chunk.head(Cause.failures(cause) as Chunk.Chunk<unknown>)
+      if (Option.isSome(failure) && isWireError(failure.value)) {
+        return Effect.succeed({ status: statusOfWireError(failure.value), body: toBody(failure.value, requestId) })
+      }
+      return Effect.logError("request failed unexpectedly", cause).pipe(
+        Effect.as(failed(500, "internal", "internal error", null, requestId))
+      )
+    }
+
+    const answer = (request: AbandonableRequest, conversationId: string, text: string, requestId: string) =>
+      Effect.suspend((): Effect.Effect<Answer> => {
+        let json: unknown
+        try {
+          json = text === "" ? null : JSON.parse(text)
+        } catch {
+          return Effect.succeed(failed(400, "bad_request", REQUEST_BODY_UNREADABLE, null, requestId))
+        }
+        const payload = decodeBody(json)
+        if (Either.isLeft(payload)) return Effect.succeed(failed(400, "bad_request", REQUEST_SHAPE_MISMATCH, null, requestId))
+        return credentialForApiKey(keys, header(request, "x-api-key")).pipe(
+          Effect.flatMap((credential) =>
+            post(credential, conversationId, payload.right, header(request, "x-idempotency-key"))
+          ),
+          Effect.flatMap(encodeCreated),
+          Effect.matchCauseEffect({
+            onSuccess: (body): Effect.Effect<Answer> => Effect.succeed({ status: 201, body }),
+            onFailure: (cause) => fromCause(cause, requestId)
+          })
+        )
+      })
+
+    const respond = (
+      response: ServerResponse,
+      requestId: string,
+      result: Answer,
+      started: number,
+      draining: boolean
+    ) => {
+      const text = JSON.stringify(result.body)
+      const headers: Record<string, string | number> = {
+        "content-type": "application/json",
+        "content-length": Buffer.byteLength(text),
+        "x-request-id": requestId
+      }
+      if (result.status === 429 || result.status === 503) {
+        headers["retry-after"] = retryAfterSeconds((result.body as ErrorEnvelope).error.details?.["retry_after_ms"])
+      }
+      // While draining, no connection is kept for another request (as on every other route).
+      if (draining) headers["connection"] = "close"
+      if (!response.destroyed) {
+        response.writeHead(result.status, headers)
+        response.end(text)
+      }
+      const seconds = (performance.now() - started) / 1000
+      metrics.observeRequest(TEMPLATE, "POST", result.status, seconds)
+      return seconds
+    }
+
+    const serve = (request: AbandonableRequest, response: ServerResponse, conversationId: string, text: string) => {
+      const started = performance.now()
+      const requestId = requestIdFrom(header(request, "x-request-id"))
+      runFork(
+        Effect.gen(function*() {
+          const result = yield* answer(request, conversationId, text, requestId)
+          const seconds = respond(response, requestId, result, started, yield* lifecycle.isDraining)
+          yield* Effect.logDebug("http request").pipe(Effect.annotateLogs({
+            method: "POST",
+            route: TEMPLATE,
+            status: result.status,
+            duration_ms: Math.round(seconds * 1000)
+          }))
+        }).pipe(Effect.annotateLogs("request_id", requestId))
+      )
+    }
+
+    /** A chunked body that grew past the limit: 413, and the connection closes after the answer. */
+    const tooLarge = (request: AbandonableRequest, response: ServerResponse) => {
+      request.abandoned = true
+      request.pause()
+      const requestId = requestIdFrom(header(request, "x-request-id"))
+      const text = JSON.stringify(failed(413, "payload_too_large", REQUEST_BODY_TOO_LARGE, { max_bytes: MAX_JSON_BODY_BYTES }, requestId).body)
+      response.writeHead(413, {
+        "content-type": "application/json",
+        "content-length": Buffer.byteLength(text),
+        "x-request-id": requestId,
+        connection: "close"
+      })
+      response.end(text)
+      metrics.observeRequest(TEMPLATE, "POST", 413, 0)
+    }
+
+    const claim: RequestClaim = (request, response) => {
+      const conversationId = claimable(request)
+      if (conversationId === undefined) return false
+      const chunks: Array<Buffer> = []
+      let size = 0
+      const onData = (chunk: Buffer) => {
+        size += chunk.length
+        if (size > MAX_JSON_BODY_BYTES) {
+          request.off("data", onData)
+          request.off("end", onEnd)
+          tooLarge(request, response)
+        } else chunks.push(chunk)
+      }
+      const onEnd = () => serve(request, response, conversationId, Buffer.concat(chunks, size).toString("utf8"))
+      request.on("data", onData)
+      request.once("end", onEnd)
+      return true
+    }
+
+    return { claim } as const
+  })
+}) {}

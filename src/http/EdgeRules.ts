@@ -1,0 +1,38 @@
+import { HttpApiSchema } from "@effect/platform"
+import type { Schema } from "effect"
+import type { WireError } from "../domain/ApiError.js"
+
+/** Rules every HTTP answer follows, shared by the edge middleware and the lean append route. */
+
+/** Largest JSON body any API route reads; uploads set their own limit. */
+export const MAX_JSON_BODY_BYTES = 1024 * 1024
+
+export const isWireError = (u: unknown): u is WireError =>
+  typeof u === "object" && u !== null && "code" in u && "wireDetails" in u && "message" in u &&
+  typeof (u as WireError).code === "string"
+
+/** Accept excludes JSON when it names types and none of them can be JSON. */
+export const acceptsJson = (accept: string | undefined) => {
+  if (accept === undefined || accept.trim() === "") return true
+  return accept.split(",").some((part) => {
+    const [type, ...params] = part.trim().toLowerCase().split(";")
+    const q = params.map((p) => p.trim()).find((p) => p.startsWith("q="))
+    if (q !== undefined && Number(q.slice(2)) === 0) return false
+    return type === "*/*" || type === "application/*" || type === "application/json" ||
+      (type?.startsWith("application/") === true && type.endsWith("+json"))
+  })
+}
+
+/** The status an error class declares through its HttpApi annotation (500 when it declares none). */
+export const statusOfWireError = (error: WireError): number => {
+  const schema = error.constructor as unknown as Partial<Schema.Schema.Any>
+  return schema.ast === undefined ? 500 : HttpApiSchema.getStatusErrorAST(schema.ast)
+}
+
+/** `Retry-After` of a 429 or 503: `details.retry_after_ms` in seconds, rounded up, at least 1. */
+export const retryAfterSeconds = (retryAfterMs: unknown): string =>
+  String(typeof retryAfterMs === "number" ? Math.max(1, Math.ceil(retryAfterMs / 1000)) : 1)
+
+export const REQUEST_BODY_UNREADABLE = "the request body could not be read or parsed"
+export const REQUEST_SHAPE_MISMATCH = "the request does not match the expected shape"
+export const REQUEST_BODY_TOO_LARGE = "request body too large"
