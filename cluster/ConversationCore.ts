@@ -1,4 +1,4 @@
-import { Chunk, Data, Deferred, Effect, Either, Option, PubSub, Queue, Stream } from "effect"
+import { Chunk, Data, Deferred, Effect, Either, Exit, Option, PubSub, Queue, Stream } from "effect"
 import { ActivityStore, type PlannedDelivery } from "../src/conversations/ActivityStore.js"
 import { type ConversationState, ConversationStateRepo } from "../src/conversations/ConversationState.js"
 import { type Activity, ActivityDraft } from "../src/domain/Activity.js"
@@ -53,6 +53,12 @@ const planDeliveries = (state: ConversationState, drafts: ReadonlyArray<Activity
     : drafts
       .filter((draft) => draft.source_channel_id !== state.origin_channel_id)
       .map((draft) => ({ id: crypto.randomUUID(), activityId: draft.id, channelId: state.origin_channel_id }))
+
+/** How long a caller waits for its answer, and what it gets when none comes. */
+export interface AnswerWithin<E> {
+  readonly ms: number
+  readonly onTimeout: () => E
+}
 
 /** A conversation's payloads as the entity receives them. */
 export interface AppendRequest {
@@ -209,6 +215,16 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
     const submit = <A, E>(command: Command, done: Deferred.Deferred<A, E>) =>
       Queue.offer(inbox, command).pipe(Effect.zipRight(Deferred.await(done)))
 
+    /**
+     * Like `submit`, failing with `onTimeout` if no answer comes in time. A timer completes the
+     * answer instead of `Effect.timeout`'s two racing fibers: this runs on every local append.
+     */
+    const submitWithin = <A, E>(command: Command, done: Deferred.Deferred<A, E>, within: AnswerWithin<E>) =>
+      Effect.suspend(() => {
+        const timer = setTimeout(() => Deferred.unsafeDone(done, Exit.fail(within.onTimeout())), within.ms)
+        return submit(command, done).pipe(Effect.ensuring(Effect.sync(() => clearTimeout(timer))))
+      })
+
     /** Stored activities above `fromSeq`, then live ones; subscribed first so nothing falls between. */
     const subscribe = (fromSeq: number) =>
       Stream.unwrapScoped(Effect.gen(function*() {
@@ -232,9 +248,14 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
       }))
 
     return {
-      append: (request: AppendRequest) =>
+      /** Appends; `within` bounds the wait when the caller has no deadline of its own. */
+      append: (request: AppendRequest, within?: AnswerWithin<Unavailable>) =>
         Deferred.make<Activity, NotFound | ConversationClosed | Unavailable | Moved>().pipe(
-          Effect.flatMap((done) => submit({ _tag: "Append", ...request, done }, done))
+          Effect.flatMap((done) =>
+            within === undefined
+              ? submit({ _tag: "Append", ...request, done }, done)
+              : submitWithin({ _tag: "Append", ...request, done }, done, within)
+          )
         ),
       setStatus: (request: StatusRequest) =>
         Deferred.make<{ readonly changed: boolean }, NotFound | Unavailable | Moved>().pipe(

@@ -3,8 +3,9 @@ import type { SqlError } from "@effect/sql/SqlError"
 import { Data, Deferred, Effect, Either, Queue, Schema } from "effect"
 import { Counter } from "prom-client"
 import { isUniqueViolation } from "../db/SqlErrors.js"
-import type { Activity, ActivityDraft } from "../domain/Activity.js"
+import { Activity, type ActivityDraft } from "../domain/Activity.js"
 import { redactSensitive } from "../domain/Redaction.js"
+import { prepared } from "../db/PreparedStatements.js"
 import { Metrics } from "../ops/Metrics.js"
 import { ACTIVITY_COLUMNS, ActivityFromRow } from "./ActivityRows.js"
 
@@ -47,9 +48,31 @@ const WRITERS = 4
 
 const json = (value: unknown) => (value === null ? null : JSON.stringify(value))
 
+/** The activity a draft became, fields in the order of `Activity`; built from checked values. */
+const storedActivity = (draft: ActivityDraft, seq: number, group: WriteGroup, insertedAt: string) =>
+  new Activity({
+    id: draft.id,
+    type: draft.type,
+    sender: draft.sender,
+    text: draft.text,
+    attachments: draft.attachments,
+    metadata: draft.metadata,
+    idempotency_key: draft.idempotency_key,
+    seq,
+    reply_to_id: draft.reply_to_id,
+    message_type: draft.message_type,
+    payload: draft.payload,
+    source_channel_id: draft.source_channel_id,
+    edited_at: null,
+    deleted_at: null,
+    conversation_id: group.conversationId,
+    tenant_id: group.tenantId,
+    inserted_at: insertedAt
+  }, true)
+
 /**
  * The node's activity writer. Appends from every conversation entity on this node are written
- * in shared transactions with multi-row statements (group commit): a round trip per batch, not per
+ * together, one multi-row statement per batch (group commit): a round trip per batch, not per
  * activity. Gap-free seq is enforced by the database: a group commits only if the conversation's
  * `head_seq` still equals its `oldHead`, and `(conversation_id, seq)` is the primary key.
  */
@@ -64,57 +87,75 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
     })
     const queue = yield* Effect.acquireRelease(Queue.unbounded<Pending>(), Queue.shutdown)
 
+    /**
+     * Writes groups in one statement (its own transaction, one round trip): each group's head
+     * moves only if it still is `oldHead`, and only the groups that moved get their activities,
+     * deliveries and edit marks. Answers per group: its activities, or `SeqTaken`. A unique
+     * violation (an id or idempotency key stored meanwhile) fails the whole statement.
+     */
     const writeGroups = (groups: ReadonlyArray<WriteGroup>) =>
       Effect.gen(function*() {
-        const moved = yield* sql<{ id: string }>`
-          UPDATE conversations c
-          SET head_seq = v.new_head, updated_at = now(),
-              status = COALESCE(v.status, c.status),
-              closed_at = CASE WHEN v.status = 'closed' THEN now() WHEN v.status = 'active' THEN NULL ELSE c.closed_at END
-          FROM UNNEST(${groups.map((g) => g.conversationId)}::uuid[], ${groups.map((g) => g.oldHead)}::int8[],
-                      ${groups.map((g) => g.oldHead + g.activities.length)}::int8[], ${groups.map((g) => g.status)}::text[])
-               AS v(id, old_head, new_head, status)
-          WHERE c.id = v.id AND c.head_seq = v.old_head
-          RETURNING c.id`
-        if (moved.length !== groups.length) return yield* new SeqTaken({ conversationId: groups[0]!.conversationId })
         const rows = groups.flatMap((g) => g.activities.map((a, i) => ({ g, a, seq: g.oldHead + 1 + i })))
-        const inserted = yield* sql`
-          INSERT INTO activities (conversation_id, seq, id, tenant_id, type, sender, text, attachments, metadata,
-                                  idempotency_key, reply_to_id, message_type, payload, source_channel_id)
-          SELECT t.conversation_id, t.seq, t.id, t.tenant_id, t.type, t.sender, t.text, t.attachments::jsonb,
-                 t.metadata::jsonb, t.idempotency_key, t.reply_to_id, t.message_type, t.payload::jsonb, t.source_channel_id
-          FROM UNNEST(
-            ${rows.map((r) => r.g.conversationId)}::uuid[], ${rows.map((r) => r.seq)}::int8[],
-            ${rows.map((r) => r.a.id)}::uuid[], ${rows.map((r) => r.g.tenantId)}::uuid[],
-            ${rows.map((r) => r.a.type)}::text[], ${rows.map((r) => r.a.sender)}::text[],
-            ${rows.map((r) => r.a.text)}::text[], ${rows.map((r) => JSON.stringify(r.a.attachments))}::text[],
-            ${rows.map((r) => JSON.stringify(r.a.metadata))}::text[], ${rows.map((r) => r.a.idempotency_key)}::text[],
-            ${rows.map((r) => r.a.reply_to_id)}::uuid[], ${rows.map((r) => r.a.message_type)}::text[],
-            ${rows.map((r) => json(r.a.payload))}::text[], ${rows.map((r) => r.a.source_channel_id)}::uuid[]
-          ) AS t(conversation_id, seq, id, tenant_id, type, sender, text, attachments, metadata, idempotency_key,
-                 reply_to_id, message_type, payload, source_channel_id)
-          RETURNING ${sql.literal(ACTIVITY_COLUMNS)}`
-        const activities = yield* Schema.decodeUnknown(Schema.Array(ActivityFromRow))(inserted).pipe(Effect.orDie)
-        const byId = new Map(activities.map((a) => [a.id, a]))
-        const deliveries = groups.flatMap((g) => g.deliveries.map((d) => ({ g, d })))
-        if (deliveries.length > 0) {
-          yield* sql`
-            INSERT INTO deliveries (id, tenant_id, activity_id, conversation_id, channel_id, payload, next_attempt_at)
-            SELECT t.id, t.tenant_id, t.activity_id, t.conversation_id, t.channel_id, t.payload::jsonb, now()
-            FROM UNNEST(${deliveries.map((x) => x.d.id)}::uuid[], ${deliveries.map((x) => x.g.tenantId)}::uuid[],
-                        ${deliveries.map((x) => x.d.activityId)}::uuid[], ${deliveries.map((x) => x.g.conversationId)}::uuid[],
-                        ${deliveries.map((x) => x.d.channelId)}::uuid[], ${deliveries.map((x) => JSON.stringify(redactSensitive(byId.get(x.d.activityId))))}::text[])
-                 AS t(id, tenant_id, activity_id, conversation_id, channel_id, payload)`
-        }
+        // Delivery payloads are the stored activities; the statement fills in `inserted_at`.
+        const planned = groups.flatMap((g) => {
+          const byId = new Map(g.activities.map((a, i) => [a.id, storedActivity(a, g.oldHead + 1 + i, g, "")]))
+          return g.deliveries.map((d) => ({ g, d, payload: JSON.stringify(redactSensitive(byId.get(d.activityId))) }))
+        })
         const edits = rows.filter((r) => r.a.type === "messageUpdate").map((r) => r.a.reply_to_id)
-        if (edits.length > 0) yield* sql`UPDATE activities SET edited_at = now() WHERE id = ANY(${edits}::uuid[])`
         const deletes = rows.filter((r) => r.a.type === "messageDelete").map((r) => r.a.reply_to_id)
-        if (deletes.length > 0) {
-          yield* sql`UPDATE activities SET deleted_at = COALESCE(deleted_at, now()) WHERE id = ANY(${deletes}::uuid[])`
-        }
-        return activities
+        const moved = yield* sql<{ id: string; at: string }>`${sql.literal(prepared("append_batch"))}
+          WITH moved AS (
+            UPDATE conversations c
+            SET head_seq = v.new_head, updated_at = now(),
+                status = COALESCE(v.status, c.status),
+                closed_at = CASE WHEN v.status = 'closed' THEN now() WHEN v.status = 'active' THEN NULL ELSE c.closed_at END
+            FROM UNNEST(${groups.map((g) => g.conversationId)}::uuid[], ${groups.map((g) => g.oldHead)}::int8[],
+                        ${groups.map((g) => g.oldHead + g.activities.length)}::int8[], ${groups.map((g) => g.status)}::text[])
+                 AS v(id, old_head, new_head, status)
+            WHERE c.id = v.id AND c.head_seq = v.old_head
+            RETURNING c.id
+          ), clock AS (
+            SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS at
+          ), stored AS (
+            INSERT INTO activities (conversation_id, seq, id, tenant_id, type, sender, text, attachments, metadata,
+                                    idempotency_key, reply_to_id, message_type, payload, source_channel_id)
+            SELECT t.conversation_id, t.seq, t.id, t.tenant_id, t.type, t.sender, t.text, t.attachments::jsonb,
+                   t.metadata::jsonb, t.idempotency_key, t.reply_to_id, t.message_type, t.payload::jsonb, t.source_channel_id
+            FROM UNNEST(
+              ${rows.map((r) => r.g.conversationId)}::uuid[], ${rows.map((r) => r.seq)}::int8[],
+              ${rows.map((r) => r.a.id)}::uuid[], ${rows.map((r) => r.g.tenantId)}::uuid[],
+              ${rows.map((r) => r.a.type)}::text[], ${rows.map((r) => r.a.sender)}::text[],
+              ${rows.map((r) => r.a.text)}::text[], ${rows.map((r) => JSON.stringify(r.a.attachments))}::text[],
+              ${rows.map((r) => JSON.stringify(r.a.metadata))}::text[], ${rows.map((r) => r.a.idempotency_key)}::text[],
+              ${rows.map((r) => r.a.reply_to_id)}::uuid[], ${rows.map((r) => r.a.message_type)}::text[],
+              ${rows.map((r) => json(r.a.payload))}::text[], ${rows.map((r) => r.a.source_channel_id)}::uuid[]
+            ) AS t(conversation_id, seq, id, tenant_id, type, sender, text, attachments, metadata, idempotency_key,
+                   reply_to_id, message_type, payload, source_channel_id)
+            WHERE t.conversation_id IN (SELECT id FROM moved)
+          ), planned AS (
+            INSERT INTO deliveries (id, tenant_id, activity_id, conversation_id, channel_id, payload, next_attempt_at)
+            SELECT t.id, t.tenant_id, t.activity_id, t.conversation_id, t.channel_id,
+                   jsonb_set(t.payload::jsonb, '{inserted_at}', to_jsonb((SELECT at FROM clock))), now()
+            FROM UNNEST(${planned.map((x) => x.d.id)}::uuid[], ${planned.map((x) => x.g.tenantId)}::uuid[],
+                        ${planned.map((x) => x.d.activityId)}::uuid[], ${planned.map((x) => x.g.conversationId)}::uuid[],
+                        ${planned.map((x) => x.d.channelId)}::uuid[], ${planned.map((x) => x.payload)}::text[])
+                 AS t(id, tenant_id, activity_id, conversation_id, channel_id, payload)
+            WHERE t.conversation_id IN (SELECT id FROM moved)
+          ), marked AS (
+            UPDATE activities a
+            SET edited_at = CASE WHEN a.id = ANY(${edits}::uuid[]) THEN now() ELSE a.edited_at END,
+                deleted_at = CASE WHEN a.id = ANY(${deletes}::uuid[]) THEN COALESCE(a.deleted_at, now()) ELSE a.deleted_at END
+            WHERE a.id = ANY(${[...edits, ...deletes]}::uuid[]) AND a.conversation_id IN (SELECT id FROM moved)
+          )
+          SELECT moved.id, clock.at FROM moved, clock`
+        const at = moved[0]?.at ?? ""
+        const movedIds = new Set(moved.map((m) => m.id))
+        return groups.map((g) =>
+          movedIds.has(g.conversationId)
+            ? Either.right(g.activities.map((a, i) => storedActivity(a, g.oldHead + 1 + i, g, at)))
+            : Either.left(new SeqTaken({ conversationId: g.conversationId }))
+        )
       }).pipe(
-        sql.withTransaction,
         Effect.catchTag("SqlError", (cause) =>
           Effect.fail(
             isUniqueViolation(cause)
@@ -123,18 +164,18 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
           ))
       )
 
-    const settle = (batch: ReadonlyArray<Pending>, inserted: ReadonlyArray<Activity>) => {
-      stored.inc(inserted.length)
-      const byId = new Map(inserted.map((a) => [a.id, a]))
-      return Effect.forEach(batch, ({ done, group }) =>
-        Deferred.succeed(done, group.activities.map((a) => byId.get(a.id)!)), { discard: true })
+    const settle = (pending: Pending, result: Either.Either<ReadonlyArray<Activity>, SeqTaken>) => {
+      if (Either.isRight(result)) stored.inc(result.right.length)
+      return Deferred.complete(pending.done, result)
     }
 
-    /** One transaction for the batch; if it fails, each group alone, so one conflict fails one group. */
+    /** One statement for the batch; if it fails, each group alone, so one conflict fails one group. */
     const writeBatch = (batch: ReadonlyArray<Pending>) =>
       Effect.gen(function*() {
         const together = yield* Effect.either(writeGroups(batch.map((p) => p.group)))
-        if (Either.isRight(together)) return yield* settle(batch, together.right)
+        if (Either.isRight(together)) {
+          return yield* Effect.forEach(batch, (pending, i) => settle(pending, together.right[i]!), { discard: true })
+        }
         if (batch.length === 1 || together.left._tag === "WriteFailed") {
           return yield* Effect.forEach(batch, ({ done }) => Deferred.fail(done, together.left), { discard: true })
         }
@@ -142,7 +183,7 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
           writeGroups([pending.group]).pipe(
             Effect.matchEffect({
               onFailure: (error) => Deferred.fail(pending.done, error),
-              onSuccess: (inserted) => settle([pending], inserted)
+              onSuccess: ([result]) => settle(pending, result!)
             })
           ), { discard: true })
       })

@@ -68,8 +68,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
       const viaCluster = clusterCall(entity(conversationId).Append(request))
       return cores.isOwned(conversationId)
         ? cores.get(conversationId).pipe(
-          Effect.flatMap((core) => core.append(request)),
-          Effect.timeoutFail({ duration: CALL_TIMEOUT_MS, onTimeout: clusterUnavailable }),
+          Effect.flatMap((core) => core.append(request, { ms: CALL_TIMEOUT_MS, onTimeout: clusterUnavailable })),
           Effect.catchTag("Moved", () => viaCluster)
         )
         : viaCluster
@@ -127,12 +126,13 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
           return yield* new BadRequest({ message: "x-idempotency-key must be 1 to 255 characters" })
         }
         yield* checkTarget(conversationId, checked.type, checked.sender, checked.reply_to_id)
+        // Every field was checked above: the constructor need not check them again.
         const draft = new ActivityDraft({
           ...checked,
           id: crypto.randomUUID(),
           idempotency_key: options.idempotencyKey,
           source_channel_id: options.sourceChannelId
-        })
+        }, true)
         // One entity per conversation, however the caller spelled its id.
         return yield* appendTo(conversationId.toLowerCase(), { tenantId: scope.tenantId, draft, deadline: Date.now() + WRITE_DEADLINE_MS })
       })
@@ -141,7 +141,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
     const setStatus = (scope: ConversationScope, id: string, status: "active" | "closed") =>
       Effect.gen(function*() {
         yield* get(scope, id, { channels: false })
-        yield* clusterCall(entity(id).SetStatus({ tenantId: scope.tenantId, status, reason: "manual", idleSince: null }))
+        yield* clusterCall(entity(id.toLowerCase()).SetStatus({ tenantId: scope.tenantId, status, reason: "manual", idleSince: null }))
         const after = yield* get(scope, id, { channels: false })
         return { ...after, participant: null }
       })

@@ -7,6 +7,7 @@ import { resolve } from "node:path"
 import Pg from "pg"
 import { AppConfig } from "../config/AppConfig.js"
 import { MeasuredPool } from "./MeasuredPool.js"
+import { PreparingClient } from "./PreparedStatements.js"
 import { parseTimestamptz } from "./Timestamp.js"
 
 /** The node's connection pool, for readiness and metrics. */
@@ -44,7 +45,7 @@ const acquirePool = (options: Pg.PoolConfig) =>
   Effect.acquireRelease(
     Effect.gen(function*() {
       const runtime = yield* Effect.runtime<never>()
-      const pool = new MeasuredPool({ ...options, types })
+      const pool = new MeasuredPool({ ...options, types, Client: PreparingClient })
       // An idle connection that dies (server restart, terminated backend) is dropped by the pool and
       // replaced at the next checkout; without a listener Node would treat it as an uncaught error.
       pool.on("error", (error) =>

@@ -5,7 +5,7 @@ import { Lifecycle } from "../ops/Lifecycle.js"
 import { Metrics } from "../ops/Metrics.js"
 import { RateLimiter } from "../ratelimit/RateLimiter.js"
 import { ApiKeys } from "../tenants/ApiKeys.js"
-import { ActivityBody, ActivityCreated } from "./ConversationsApi.js"
+import { ActivityBody } from "./ConversationsApi.js"
 import { postActivity } from "./ConversationsHandlers.js"
 import {
   acceptsJson,
@@ -26,7 +26,6 @@ const TEMPLATE = "/api/v1/conversations/:id/activities"
 const PATH = /^\/api\/v1\/conversations\/([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\/activities$/i
 
 const decodeBody = Schema.decodeUnknownEither(ActivityBody)
-const encodeCreated = Schema.encode(ActivityCreated)
 
 interface Answer {
   readonly status: number
@@ -95,7 +94,6 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
           Effect.flatMap((credential) =>
             post(credential, conversationId, payload.right, header(request, "x-idempotency-key"))
           ),
-          Effect.flatMap(encodeCreated),
           Effect.matchCauseEffect({
             onSuccess: (body): Effect.Effect<Answer> => Effect.succeed({ status: 201, body }),
             onFailure: (cause) => fromCause(cause, requestId)

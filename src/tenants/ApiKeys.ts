@@ -5,6 +5,7 @@ import { actorLabel } from "../auth/Actor.js"
 import { generateCredential, hashCredential } from "../auth/Credential.js"
 import { AuditLog } from "../db/AuditLog.js"
 import { makeBatcher } from "../db/Batcher.js"
+import { prepared } from "../db/PreparedStatements.js"
 import { orUnavailable } from "../db/SqlFailure.js"
 import { InsufficientScope, NotFound } from "../domain/ApiError.js"
 import { ApiKey, type ApiKeyInput, type AuthenticatedKey, allScopes, Scope } from "../domain/ApiKey.js"
@@ -34,7 +35,7 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
     /** Looks up many presented keys in one query; the answer for each is its row if valid now. */
     const findAuth = (hashes: ReadonlyArray<Buffer>) =>
       Effect.gen(function*() {
-        const rows = yield* sql`
+        const rows = yield* sql`${sql.literal(prepared("authenticate_keys"))}
           SELECT encode(k.key_hash, 'hex') AS hash, k.id, k.tenant_id, k.kind, k.scopes,
                  (k.last_used_at IS NULL OR k.last_used_at < now() - interval '1 minute') AS stale
           FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
