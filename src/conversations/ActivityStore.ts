@@ -46,8 +46,6 @@ const MAX_GROUPS_PER_TRANSACTION = 128
 /** Transactions in flight at once; each holds one pool connection. */
 const WRITERS = 4
 
-const json = (value: unknown) => (value === null ? null : JSON.stringify(value))
-
 /** The activity a draft became, fields in the order of `Activity`; built from checked values. */
 const storedActivity = (draft: ActivityDraft, seq: number, group: WriteGroup, insertedAt: string) =>
   new Activity({
@@ -95,23 +93,37 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
      */
     const writeGroups = (groups: ReadonlyArray<WriteGroup>) =>
       Effect.gen(function*() {
-        const rows = groups.flatMap((g) => g.activities.map((a, i) => ({ g, a, seq: g.oldHead + 1 + i })))
+        // Each set of rows goes as one JSON document: no per-value array escaping on either side.
+        const heads = groups.map((g) => ({
+          id: g.conversationId,
+          old_head: g.oldHead,
+          new_head: g.oldHead + g.activities.length,
+          status: g.status
+        }))
+        const rows = groups.flatMap((g) =>
+          g.activities.map((a, i) => ({ ...a, conversation_id: g.conversationId, tenant_id: g.tenantId, seq: g.oldHead + 1 + i }))
+        )
         // Delivery payloads are the stored activities; the statement fills in `inserted_at`.
         const planned = groups.flatMap((g) => {
           const byId = new Map(g.activities.map((a, i) => [a.id, storedActivity(a, g.oldHead + 1 + i, g, "")]))
-          return g.deliveries.map((d) => ({ g, d, payload: JSON.stringify(redactSensitive(byId.get(d.activityId))) }))
+          return g.deliveries.map((d) => ({
+            id: d.id,
+            tenant_id: g.tenantId,
+            activity_id: d.activityId,
+            conversation_id: g.conversationId,
+            channel_id: d.channelId,
+            payload: redactSensitive(byId.get(d.activityId))
+          }))
         })
-        const edits = rows.filter((r) => r.a.type === "messageUpdate").map((r) => r.a.reply_to_id)
-        const deletes = rows.filter((r) => r.a.type === "messageDelete").map((r) => r.a.reply_to_id)
+        const edits = rows.filter((r) => r.type === "messageUpdate").map((r) => r.reply_to_id)
+        const deletes = rows.filter((r) => r.type === "messageDelete").map((r) => r.reply_to_id)
         const moved = yield* sql<{ id: string; at: string }>`${sql.literal(prepared("append_batch"))}
           WITH moved AS (
             UPDATE conversations c
             SET head_seq = v.new_head, updated_at = now(),
                 status = COALESCE(v.status, c.status),
                 closed_at = CASE WHEN v.status = 'closed' THEN now() WHEN v.status = 'active' THEN NULL ELSE c.closed_at END
-            FROM UNNEST(${groups.map((g) => g.conversationId)}::uuid[], ${groups.map((g) => g.oldHead)}::int8[],
-                        ${groups.map((g) => g.oldHead + g.activities.length)}::int8[], ${groups.map((g) => g.status)}::text[])
-                 AS v(id, old_head, new_head, status)
+            FROM jsonb_to_recordset(${JSON.stringify(heads)}::jsonb) AS v(id uuid, old_head int8, new_head int8, status text)
             WHERE c.id = v.id AND c.head_seq = v.old_head
             RETURNING c.id
           ), clock AS (
@@ -119,27 +131,19 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
           ), stored AS (
             INSERT INTO activities (conversation_id, seq, id, tenant_id, type, sender, text, attachments, metadata,
                                     idempotency_key, reply_to_id, message_type, payload, source_channel_id)
-            SELECT t.conversation_id, t.seq, t.id, t.tenant_id, t.type, t.sender, t.text, t.attachments::jsonb,
-                   t.metadata::jsonb, t.idempotency_key, t.reply_to_id, t.message_type, t.payload::jsonb, t.source_channel_id
-            FROM UNNEST(
-              ${rows.map((r) => r.g.conversationId)}::uuid[], ${rows.map((r) => r.seq)}::int8[],
-              ${rows.map((r) => r.a.id)}::uuid[], ${rows.map((r) => r.g.tenantId)}::uuid[],
-              ${rows.map((r) => r.a.type)}::text[], ${rows.map((r) => r.a.sender)}::text[],
-              ${rows.map((r) => r.a.text)}::text[], ${rows.map((r) => JSON.stringify(r.a.attachments))}::text[],
-              ${rows.map((r) => JSON.stringify(r.a.metadata))}::text[], ${rows.map((r) => r.a.idempotency_key)}::text[],
-              ${rows.map((r) => r.a.reply_to_id)}::uuid[], ${rows.map((r) => r.a.message_type)}::text[],
-              ${rows.map((r) => json(r.a.payload))}::text[], ${rows.map((r) => r.a.source_channel_id)}::uuid[]
-            ) AS t(conversation_id, seq, id, tenant_id, type, sender, text, attachments, metadata, idempotency_key,
-                   reply_to_id, message_type, payload, source_channel_id)
+            SELECT t.conversation_id, t.seq, t.id, t.tenant_id, t.type, t.sender, t.text, t.attachments, t.metadata,
+                   t.idempotency_key, t.reply_to_id, t.message_type, t.payload, t.source_channel_id
+            FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb)
+                 AS t(conversation_id uuid, seq int8, id uuid, tenant_id uuid, type text, sender text, text text,
+                      attachments jsonb, metadata jsonb, idempotency_key text, reply_to_id uuid, message_type text,
+                      payload jsonb, source_channel_id uuid)
             WHERE t.conversation_id IN (SELECT id FROM moved)
           ), planned AS (
             INSERT INTO deliveries (id, tenant_id, activity_id, conversation_id, channel_id, payload, next_attempt_at)
             SELECT t.id, t.tenant_id, t.activity_id, t.conversation_id, t.channel_id,
-                   jsonb_set(t.payload::jsonb, '{inserted_at}', to_jsonb((SELECT at FROM clock))), now()
-            FROM UNNEST(${planned.map((x) => x.d.id)}::uuid[], ${planned.map((x) => x.g.tenantId)}::uuid[],
-                        ${planned.map((x) => x.d.activityId)}::uuid[], ${planned.map((x) => x.g.conversationId)}::uuid[],
-                        ${planned.map((x) => x.d.channelId)}::uuid[], ${planned.map((x) => x.payload)}::text[])
-                 AS t(id, tenant_id, activity_id, conversation_id, channel_id, payload)
+                   jsonb_set(t.payload, '{inserted_at}', to_jsonb((SELECT at FROM clock))), now()
+            FROM jsonb_to_recordset(${JSON.stringify(planned)}::jsonb)
+                 AS t(id uuid, tenant_id uuid, activity_id uuid, conversation_id uuid, channel_id uuid, payload jsonb)
             WHERE t.conversation_id IN (SELECT id FROM moved)
           ), marked AS (
             UPDATE activities a

@@ -3,9 +3,19 @@ import { Predicate } from "effect"
 /** What a credential-like value is shown as. */
 export const REDACTED = "[REDACTED]"
 
+const NORMALIZED_CACHE_SIZE = 10_000
+// Every delivery payload is redacted, and its keys are mostly the same few: remember them.
+const normalizedKeys = new Map<string, string>()
+
 /** `accessToken`, `X-Api-Key` and `api key` all become `access_token`, `x_api_key`, `api_key`. */
-const normalize = (key: string): string =>
-  key.replace(/([a-z0-9])([A-Z])/g, "$1_$2").toLowerCase().replace(/[^a-z0-9]+/g, "_")
+const normalize = (key: string): string => {
+  const known = normalizedKeys.get(key)
+  if (known !== undefined) return known
+  const name = key.replace(/([a-z0-9])([A-Z])/g, "$1_$2").toLowerCase().replace(/[^a-z0-9]+/g, "_")
+  if (normalizedKeys.size >= NORMALIZED_CACHE_SIZE) normalizedKeys.clear()
+  normalizedKeys.set(key, name)
+  return name
+}
 
 const sensitiveNames = new Set(["authorization", "api_key", "apikey", "password", "secret", "token"])
 const sensitiveSuffixes = ["_token", "_secret", "_password", "_key"]
