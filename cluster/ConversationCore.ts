@@ -1,14 +1,15 @@
-import { Chunk, Data, Deferred, Effect, Either, Exit, Option, PubSub, Queue, Stream } from "effect"
+import { Chunk, Data, Effect, Either, Exit, Option, PubSub, Stream } from "effect"
 import { ActivityStore, type PlannedDelivery } from "../src/conversations/ActivityStore.js"
 import { type ConversationState, ConversationStateRepo } from "../src/conversations/ConversationState.js"
 import { type Activity, ActivityDraft } from "../src/domain/Activity.js"
+import { awaitReply, type Reply, WorkQueue } from "../src/concurrency/WorkQueue.js"
 import { ConversationClosed, databaseUnavailable, NotFound, type Unavailable } from "../src/domain/ApiError.js"
 
 /** This node no longer owns the conversation's shard: the caller goes through the cluster. */
 export class Moved extends Data.TaggedError("Moved")<{}> {}
 
-type AppendDone = Deferred.Deferred<Activity, NotFound | ConversationClosed | Unavailable | Moved>
-type StatusDone = Deferred.Deferred<{ readonly changed: boolean }, NotFound | Unavailable | Moved>
+type AppendDone = Reply<Activity, NotFound | ConversationClosed | Unavailable | Moved>
+type StatusDone = Reply<{ readonly changed: boolean }, NotFound | Unavailable | Moved>
 
 type Command =
   | { readonly _tag: "Append"; readonly tenantId: string; readonly draft: ActivityDraft; readonly deadline: number; readonly done: AppendDone }
@@ -86,7 +87,7 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
     const store = yield* ActivityStore
     const states = yield* ConversationStateRepo
     const live = yield* PubSub.unbounded<Activity>()
-    const inbox = yield* Queue.unbounded<Command>()
+    const inbox = new WorkQueue<Command>()
     // Owned by the inbox fiber; `undefined` means "load from the database".
     let state: ConversationState | undefined
 
@@ -100,7 +101,9 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
     )
 
     const failAll = (commands: ReadonlyArray<Command>, error: NotFound | Unavailable | Moved) =>
-      Effect.forEach(commands, (command) => Deferred.fail(command.done as StatusDone, error), { discard: true })
+      Effect.sync(() => {
+        for (const command of commands) (command.done as StatusDone)(Exit.fail(error))
+      })
 
     const round = (commands: ReadonlyArray<Command>, attempt: number): Effect.Effect<void> =>
       Effect.gen(function*() {
@@ -135,19 +138,19 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
 
         for (const command of commands) {
           if (command.tenantId !== current.tenant_id) {
-            yield* Deferred.fail(command.done as StatusDone, new NotFound({ message: `conversation ${conversationId} not found` }))
+            ;(command.done as StatusDone)(Exit.fail(new NotFound({ message: `conversation ${conversationId} not found` })))
             continue
           }
           if (command._tag === "Append") {
             const { draft } = command
             const key = draft.idempotency_key
             const known = byId.get(draft.id) ?? (key === null ? undefined : byKey.get(key))
-            if (known !== undefined) yield* Deferred.succeed(command.done, known)
+            if (known !== undefined) command.done(Exit.succeed(known))
             else if (key !== null && newKeys.has(key)) waiting.push([command, newKeys.get(key)!])
             else if (status === "closed") {
-              yield* Deferred.fail(command.done, new ConversationClosed({ message: "the conversation is closed" }))
+              command.done(Exit.fail(new ConversationClosed({ message: "the conversation is closed" })))
             } else if (command.deadline < now) {
-              yield* Deferred.fail(command.done, databaseUnavailable())
+              command.done(Exit.fail(databaseUnavailable()))
             } else {
               drafts.push(draft)
               if (key !== null) newKeys.set(key, draft.id)
@@ -157,7 +160,7 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
             command.status === status ||
             (command.idleSince !== null && Date.parse(current.updated_at) > Date.parse(command.idleSince))
           ) {
-            yield* Deferred.succeed(command.done, { changed: false })
+            command.done(Exit.succeed({ changed: false }))
           } else {
             drafts.push(statusEvent(command.status, command.reason))
             status = command.status
@@ -188,41 +191,43 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
         yield* PubSub.publishAll(live, inserted)
         const byNewId = new Map(inserted.map((a) => [a.id, a]))
         for (const [command, id] of waiting) {
-          if (command._tag === "Append") yield* Deferred.succeed(command.done, byNewId.get(id!)!)
-          else yield* Deferred.succeed(command.done, { changed: true })
+          if (command._tag === "Append") command.done(Exit.succeed(byNewId.get(id!)!))
+          else command.done(Exit.succeed({ changed: true }))
         }
       })
 
     yield* Effect.forkScoped(
       Effect.forever(
-        Queue.takeBetween(inbox, 1, MAX_COMMANDS_PER_ROUND).pipe(Effect.flatMap((chunk) =>
-          round([...chunk], 0).pipe(
+        inbox.take(MAX_COMMANDS_PER_ROUND).pipe(Effect.flatMap((chunk) =>
+          round(chunk, 0).pipe(
             // A bug in one round answers its commands with the defect and forgets the state;
             // the conversation keeps taking commands.
             Effect.catchAllCause((cause) =>
               Effect.logError("conversation round failed unexpectedly", cause).pipe(
                 Effect.zipRight(Effect.sync(() => (state = undefined))),
-                Effect.zipRight(Effect.forEach(chunk, (command) => Deferred.failCause(command.done as StatusDone, cause), { discard: true }))
+                Effect.zipRight(Effect.sync(() => {
+                  for (const command of chunk) (command.done as StatusDone)(Exit.failCause(cause))
+                }))
               )
             )
           )
         ))
       )
     )
-    yield* Effect.addFinalizer(() => Queue.takeAll(inbox).pipe(Effect.flatMap((left) => failAll([...left], new Moved()))))
+    yield* Effect.addFinalizer(() => failAll(inbox.drain(), new Moved()))
     let subscribers = 0
 
-    const submit = <A, E>(command: Command, done: Deferred.Deferred<A, E>) =>
-      Queue.offer(inbox, command).pipe(Effect.zipRight(Deferred.await(done)))
+    const submit = <A, E>(command: (done: Reply<A, E>) => Command) =>
+      awaitReply<A, E>((reply) => inbox.offer(command(reply)))
 
-    /**
-     * Like `submit`, failing with `onTimeout` if no answer comes in time. A timer completes the
-     * answer instead of `Effect.timeout`'s two racing fibers: this runs on every local append.
-     */
-    const submitWithin = <A, E>(command: Command, done: Deferred.Deferred<A, E>, within: AnswerWithin<E>) =>
-      Effect.suspend(() => {
-        const timer = setTimeout(() => Deferred.unsafeDone(done, Exit.fail(within.onTimeout())), within.ms)
-        return submit(command, done).pipe(Effect.ensuring(Effect.sync(() => clearTimeout(timer))))
+    /** Like `submit`, failing with `onTimeout` if no answer comes in time. */
+    const submitWithin = <A, E>(command: (done: Reply<A, E>) => Command, within: AnswerWithin<E>) =>
+      awaitReply<A, E>((reply) => {
+        const timer = setTimeout(() => reply(Exit.fail(within.onTimeout())), within.ms)
+        inbox.offer(command((exit) => {
+          clearTimeout(timer)
+          reply(exit)
+        }))
       })
 
     /** Stored activities above `fromSeq`, then live ones; subscribed first so nothing falls between. */
@@ -249,18 +254,12 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
 
     return {
       /** Appends; `within` bounds the wait when the caller has no deadline of its own. */
-      append: (request: AppendRequest, within?: AnswerWithin<Unavailable>) =>
-        Deferred.make<Activity, NotFound | ConversationClosed | Unavailable | Moved>().pipe(
-          Effect.flatMap((done) =>
-            within === undefined
-              ? submit({ _tag: "Append", ...request, done }, done)
-              : submitWithin({ _tag: "Append", ...request, done }, done, within)
-          )
-        ),
+      append: (request: AppendRequest, within?: AnswerWithin<Unavailable>) => {
+        const command = (done: AppendDone): Command => ({ _tag: "Append", ...request, done })
+        return within === undefined ? submit(command) : submitWithin(command, within)
+      },
       setStatus: (request: StatusRequest) =>
-        Deferred.make<{ readonly changed: boolean }, NotFound | Unavailable | Moved>().pipe(
-          Effect.flatMap((done) => submit({ _tag: "SetStatus", ...request, done }, done))
-        ),
+        submit((done: StatusDone): Command => ({ _tag: "SetStatus", ...request, done })),
       subscribe,
       /** Whether a stream is open on this core (then it is kept however idle it is). */
       hasSubscribers: () => subscribers > 0

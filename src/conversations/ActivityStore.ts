@@ -1,7 +1,8 @@
 import { SqlClient, SqlSchema } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
-import { Data, Deferred, Effect, Either, Queue, Schema } from "effect"
+import { Data, Effect, Either, Exit, Schema } from "effect"
 import { Counter } from "prom-client"
+import { awaitReply, type Reply, WorkQueue } from "../concurrency/WorkQueue.js"
 import { isUniqueViolation } from "../db/SqlErrors.js"
 import { Activity, type ActivityDraft } from "../domain/Activity.js"
 import { redactSensitive } from "../domain/Redaction.js"
@@ -38,7 +39,7 @@ export interface WriteGroup {
 
 interface Pending {
   readonly group: WriteGroup
-  readonly done: Deferred.Deferred<ReadonlyArray<Activity>, SeqTaken | WriteFailed>
+  readonly done: Reply<ReadonlyArray<Activity>, SeqTaken | WriteFailed>
 }
 
 /** Groups written in one transaction at the most; more wait for the next round. */
@@ -83,7 +84,7 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
       help: "Activities committed by this node",
       registers: [metrics.registry]
     })
-    const queue = yield* Effect.acquireRelease(Queue.unbounded<Pending>(), Queue.shutdown)
+    const queue = new WorkQueue<Pending>()
 
     /**
      * Writes groups in one statement (its own transaction, one round trip): each group's head
@@ -168,10 +169,16 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
           ))
       )
 
-    const settle = (pending: Pending, result: Either.Either<ReadonlyArray<Activity>, SeqTaken>) => {
-      if (Either.isRight(result)) stored.inc(result.right.length)
-      return Deferred.complete(pending.done, result)
-    }
+    const settle = (pending: Pending, result: Either.Either<ReadonlyArray<Activity>, SeqTaken>) =>
+      Effect.sync(() => {
+        if (Either.isRight(result)) stored.inc(result.right.length)
+        pending.done(Either.isRight(result) ? Exit.succeed(result.right) : Exit.fail(result.left))
+      })
+
+    const failBatch = (batch: ReadonlyArray<Pending>, error: SeqTaken | WriteFailed) =>
+      Effect.sync(() => {
+        for (const { done } of batch) done(Exit.fail(error))
+      })
 
     /** One statement for the batch; if it fails, each group alone, so one conflict fails one group. */
     const writeBatch = (batch: ReadonlyArray<Pending>) =>
@@ -180,26 +187,26 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
         if (Either.isRight(together)) {
           return yield* Effect.forEach(batch, (pending, i) => settle(pending, together.right[i]!), { discard: true })
         }
-        if (batch.length === 1 || together.left._tag === "WriteFailed") {
-          return yield* Effect.forEach(batch, ({ done }) => Deferred.fail(done, together.left), { discard: true })
-        }
+        if (batch.length === 1 || together.left._tag === "WriteFailed") return yield* failBatch(batch, together.left)
         yield* Effect.forEach(batch, (pending) =>
           writeGroups([pending.group]).pipe(
             Effect.matchEffect({
-              onFailure: (error) => Deferred.fail(pending.done, error),
+              onFailure: (error) => failBatch([pending], error),
               onSuccess: ([result]) => settle(pending, result!)
             })
           ), { discard: true })
       })
 
     yield* Effect.forkScoped(
-      Effect.forever(Queue.takeBetween(queue, 1, MAX_GROUPS_PER_TRANSACTION).pipe(
+      Effect.forever(queue.take(MAX_GROUPS_PER_TRANSACTION).pipe(
         Effect.flatMap((chunk) =>
-          writeBatch([...chunk]).pipe(
+          writeBatch(chunk).pipe(
             // A bug in one batch answers its callers with the defect; the writer keeps writing.
             Effect.catchAllCause((cause) =>
               Effect.logError("activity write failed unexpectedly", cause).pipe(
-                Effect.zipRight(Effect.forEach(chunk, ({ done }) => Deferred.failCause(done, cause), { discard: true }))
+                Effect.zipRight(Effect.sync(() => {
+                  for (const { done } of chunk) done(Exit.failCause(cause))
+                }))
               )
             )
           )
@@ -207,13 +214,9 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
       )).pipe(Effect.replicateEffect(WRITERS, { concurrency: "unbounded", discard: true }))
     )
 
-    /** Writes one group, sharing a transaction with whatever else is waiting. */
+    /** Writes one group, sharing a statement with whatever else is waiting. */
     const write = (group: WriteGroup) =>
-      Effect.gen(function*() {
-        const done = yield* Deferred.make<ReadonlyArray<Activity>, SeqTaken | WriteFailed>()
-        yield* Queue.offer(queue, { group, done })
-        return yield* Deferred.await(done)
-      })
+      awaitReply<ReadonlyArray<Activity>, SeqTaken | WriteFailed>((done) => queue.offer({ group, done }))
 
     const findActivities = SqlSchema.findAll({
       Request: Schema.Struct({

@@ -1,8 +1,9 @@
-import { Deferred, Effect, Exit, Queue } from "effect"
+import { Effect, Exit } from "effect"
+import { awaitReply, type Reply, WorkQueue } from "../concurrency/WorkQueue.js"
 
 interface Waiting<K, A, E> {
   readonly key: K
-  readonly done: Deferred.Deferred<A, E>
+  readonly done: Reply<A, E>
 }
 
 /**
@@ -17,23 +18,18 @@ export const makeBatcher = <K, A, E>(options: {
   readonly run: (keys: ReadonlyArray<K>) => Effect.Effect<ReadonlyArray<A>, E>
 }) =>
   Effect.gen(function*() {
-    const queue = yield* Effect.acquireRelease(Queue.unbounded<Waiting<K, A, E>>(), Queue.shutdown)
+    const queue = new WorkQueue<Waiting<K, A, E>>()
 
     const runBatch = (batch: ReadonlyArray<Waiting<K, A, E>>) =>
       Effect.exit(options.run(batch.map((w) => w.key))).pipe(
-        Effect.flatMap((exit) =>
-          Effect.forEach(batch, (waiting, i) =>
-            Deferred.done(waiting.done, Exit.map(exit, (answers) => answers[i]!)), { discard: true })
-        )
+        Effect.map((exit) => batch.forEach((waiting, i) => waiting.done(Exit.map(exit, (answers) => answers[i]!))))
       )
 
     yield* Effect.forkScoped(
-      Effect.forever(Queue.takeBetween(queue, 1, options.maxBatch).pipe(
-        Effect.flatMap((chunk) => runBatch([...chunk]))
-      )).pipe(Effect.replicateEffect(options.concurrency, { concurrency: "unbounded", discard: true }))
+      Effect.forever(queue.take(options.maxBatch).pipe(Effect.flatMap(runBatch))).pipe(
+        Effect.replicateEffect(options.concurrency, { concurrency: "unbounded", discard: true })
+      )
     )
 
-    return (key: K): Effect.Effect<A, E> =>
-      Effect.flatMap(Deferred.make<A, E>(), (done) =>
-        Queue.offer(queue, { key, done }).pipe(Effect.zipRight(Deferred.await(done))))
+    return (key: K): Effect.Effect<A, E> => awaitReply<A, E>((done) => queue.offer({ key, done }))
   })

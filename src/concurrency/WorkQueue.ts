@@ -1,0 +1,59 @@
+import { Effect, type Exit } from "effect"
+
+/**
+ * Completes a waiting caller. Only the first completion counts (a timeout and a late answer may
+ * both arrive).
+ */
+export type Reply<A, E> = (exit: Exit.Exit<A, E>) => void
+
+/**
+ * Waits for the reply that `register` hands on (to a queue's consumer). This is `Effect.async`
+ * with no `Deferred`: the append path creates several per request, and each `Deferred` copies
+ * Effect's whole prototype (measured: the largest single cost of a local append).
+ */
+export const awaitReply = <A, E>(register: (reply: Reply<A, E>) => void): Effect.Effect<A, E> =>
+  Effect.async<A, E>((resume) => {
+    let settled = false
+    register((exit) => {
+      if (settled) return
+      settled = true
+      resume(exit)
+    })
+  })
+
+/**
+ * An unbounded queue whose consumer fibers take everything waiting, up to a maximum, in one go:
+ * work that arrives while they are busy forms the next batch (group commit).
+ */
+export class WorkQueue<T> {
+  private items: Array<T> = []
+  private readonly idle: Array<() => void> = []
+
+  /** Adds an item and wakes one idle consumer. */
+  offer(item: T): void {
+    this.items.push(item)
+    this.idle.shift()?.()
+  }
+
+  /** Waits for at least one item, then takes up to `max` of those waiting. */
+  take(max: number): Effect.Effect<Array<T>> {
+    return Effect.suspend(() =>
+      this.items.length > 0 ? Effect.succeed(this.items.splice(0, max)) : Effect.zipRight(this.wakeUp, this.take(max))
+    )
+  }
+
+  /** Removes and returns everything waiting. */
+  drain(): Array<T> {
+    return this.items.splice(0)
+  }
+
+  // Another consumer may take the items first: `take` then waits again.
+  private readonly wakeUp = Effect.async<void>((resume) => {
+    const wake = () => resume(Effect.void)
+    this.idle.push(wake)
+    return Effect.sync(() => {
+      const at = this.idle.indexOf(wake)
+      if (at >= 0) this.idle.splice(at, 1)
+    })
+  })
+}
