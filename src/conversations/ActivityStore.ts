@@ -44,30 +44,37 @@ interface Pending {
 
 /** Groups written in one transaction at the most; more wait for the next round. */
 const MAX_GROUPS_PER_TRANSACTION = 128
-/** Transactions in flight at once; each holds one pool connection. */
-const WRITERS = 4
+/**
+ * Batch statements in flight at once; each holds one pool connection. Fewer writers make larger
+ * batches and cost less per append (measured: 4 → 2 raised appends/s by about a tenth); two keep
+ * appends moving while one batch waits on a lock.
+ */
+const WRITERS = 2
 
-/** The activity a draft became, fields in the order of `Activity`; built from checked values. */
+/** The fields of the activity a draft became, in the order of `Activity`. */
+const storedFields = (draft: ActivityDraft, seq: number, group: WriteGroup, insertedAt: string) => ({
+  id: draft.id,
+  type: draft.type,
+  sender: draft.sender,
+  text: draft.text,
+  attachments: draft.attachments,
+  metadata: draft.metadata,
+  idempotency_key: draft.idempotency_key,
+  seq,
+  reply_to_id: draft.reply_to_id,
+  message_type: draft.message_type,
+  payload: draft.payload,
+  source_channel_id: draft.source_channel_id,
+  edited_at: null,
+  deleted_at: null,
+  conversation_id: group.conversationId,
+  tenant_id: group.tenantId,
+  inserted_at: insertedAt
+})
+
+/** The activity a draft became; its values were checked before the draft was made. */
 const storedActivity = (draft: ActivityDraft, seq: number, group: WriteGroup, insertedAt: string) =>
-  new Activity({
-    id: draft.id,
-    type: draft.type,
-    sender: draft.sender,
-    text: draft.text,
-    attachments: draft.attachments,
-    metadata: draft.metadata,
-    idempotency_key: draft.idempotency_key,
-    seq,
-    reply_to_id: draft.reply_to_id,
-    message_type: draft.message_type,
-    payload: draft.payload,
-    source_channel_id: draft.source_channel_id,
-    edited_at: null,
-    deleted_at: null,
-    conversation_id: group.conversationId,
-    tenant_id: group.tenantId,
-    inserted_at: insertedAt
-  }, true)
+  new Activity(storedFields(draft, seq, group, insertedAt), true)
 
 /**
  * The node's activity writer. Appends from every conversation entity on this node are written
@@ -105,17 +112,19 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
           g.activities.map((a, i) => ({ ...a, conversation_id: g.conversationId, tenant_id: g.tenantId, seq: g.oldHead + 1 + i }))
         )
         // Delivery payloads are the stored activities; the statement fills in `inserted_at`.
-        const planned = groups.flatMap((g) => {
-          const byId = new Map(g.activities.map((a, i) => [a.id, storedActivity(a, g.oldHead + 1 + i, g, "")]))
-          return g.deliveries.map((d) => ({
-            id: d.id,
-            tenant_id: g.tenantId,
-            activity_id: d.activityId,
-            conversation_id: g.conversationId,
-            channel_id: d.channelId,
-            payload: redactSensitive(byId.get(d.activityId))
-          }))
-        })
+        const planned = groups.flatMap((g) =>
+          g.deliveries.map((d) => {
+            const i = g.activities.findIndex((a) => a.id === d.activityId)
+            return {
+              id: d.id,
+              tenant_id: g.tenantId,
+              activity_id: d.activityId,
+              conversation_id: g.conversationId,
+              channel_id: d.channelId,
+              payload: redactSensitive(storedFields(g.activities[i]!, g.oldHead + 1 + i, g, ""))
+            }
+          })
+        )
         const edits = rows.filter((r) => r.type === "messageUpdate").map((r) => r.reply_to_id)
         const deletes = rows.filter((r) => r.type === "messageDelete").map((r) => r.reply_to_id)
         const moved = yield* sql<{ id: string; at: string }>`${sql.literal(prepared("append_batch"))}

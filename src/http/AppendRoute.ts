@@ -76,6 +76,7 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
         return Effect.succeed({ status: statusOfWireError(failure.value), body: toBody(failure.value, requestId) })
       }
       return Effect.logError("request failed unexpectedly", cause).pipe(
+        Effect.annotateLogs("request_id", requestId),
         Effect.as(failed(500, "internal", "internal error", null, requestId))
       )
     }
@@ -136,12 +137,13 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
           const result = yield* answer(request, conversationId, text, requestId)
           const seconds = respond(response, requestId, result, started, yield* lifecycle.isDraining)
           yield* Effect.logDebug("http request").pipe(Effect.annotateLogs({
+            request_id: requestId,
             method: "POST",
             route: TEMPLATE,
             status: result.status,
             duration_ms: Math.round(seconds * 1000)
           }))
-        }).pipe(Effect.annotateLogs("request_id", requestId))
+        })
       )
     }
 

@@ -48,8 +48,9 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
         return hashes.map((hash) => Option.fromNullable(byHash.get(hash.toString("hex"))))
       })
 
-    // Every request of the tenant API authenticates: concurrent ones share a query.
-    const lookUp = yield* makeBatcher({ maxBatch: 256, concurrency: 2, run: findAuth })
+    // Every request of the tenant API authenticates: the requests that arrive while one lookup
+    // is in flight share the next (one at a time makes the largest batches; measured best).
+    const lookUp = yield* makeBatcher({ maxBatch: 256, concurrency: 1, run: findAuth })
 
     /** The key's identity when it is valid now; `last_used_at` is written at most once a minute. */
     const authenticate = (raw: string) =>
