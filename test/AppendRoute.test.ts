@@ -1,0 +1,110 @@
+import { expect, layer } from "@effect/vitest"
+import { Effect } from "effect"
+import { MAX_JSON_BODY_BYTES } from "../src/http/EdgeRules.js"
+import { envelope } from "./support/Envelope.js"
+import { tenantApi, tenantWithConversation } from "./support/Fixtures.js"
+import { rawRequest } from "./support/RawHttp.js"
+import { query } from "./support/TestDatabase.js"
+import { request, TestNode, TestNodeLive } from "./support/TestNode.js"
+
+/**
+ * The lean append route (src/http/AppendRoute.ts) answers `POST /conversations/:id/activities`
+ * with `x-api-key` ahead of the router; these are the cases where it must answer as the router
+ * does, or leave the request to it.
+ */
+
+const storedCount = (conversationId: string) =>
+  Effect.map(
+    query<{ n: string }>("SELECT count(*) AS n FROM activities WHERE conversation_id = $1", [conversationId]),
+    (rows) => Number(rows[0]!.n)
+  )
+
+const raw = (options: Parameters<typeof rawRequest>[1]) =>
+  Effect.flatMap(TestNode, ({ baseUrl }) => rawRequest(baseUrl, options))
+
+layer(TestNodeLive(), { excludeTestServices: true })("lean append route", (it) => {
+  it.effect("unreadable JSON and bodies that are not objects are 400 bad_request, and store nothing", () =>
+    Effect.gen(function*() {
+      const { conversationId, key } = yield* tenantWithConversation
+      const path = `/api/v1/conversations/${conversationId}/activities`
+      for (const body of ["{", "[1, 2]", "\"text\"", ""]) {
+        const reply = yield* request("POST", path, { raw: body, headers: { "x-api-key": key, "x-request-id": "req-lean-1" } })
+        expect(reply.status, body).toBe(400)
+        expect(reply.body).toEqual(envelope("bad_request"))
+        expect(reply.body.error.request_id).toBe("req-lean-1")
+        expect(reply.headers.get("x-request-id")).toBe("req-lean-1")
+      }
+      expect(yield* storedCount(conversationId)).toBe(0)
+    }))
+
+  it.effect("a missing or unknown key is 401 unauthorized; nothing is stored", () =>
+    Effect.gen(function*() {
+      const { conversationId } = yield* tenantWithConversation
+      const path = `/api/v1/conversations/${conversationId}/activities`
+      for (const apiKey of ["", "pk_not_a_key"]) {
+        const reply = yield* request("POST", path, { body: { text: "hi" }, headers: { "x-api-key": apiKey } })
+        expect(reply.status).toBe(401)
+        expect(reply.body).toEqual(envelope("unauthorized"))
+      }
+      expect(yield* storedCount(conversationId)).toBe(0)
+    }))
+
+  it.effect("a chunked body over the limit is 413 payload_too_large and the connection closes", () =>
+    Effect.gen(function*() {
+      const { conversationId, key } = yield* tenantWithConversation
+      const reply = yield* raw({
+        method: "POST",
+        path: `/api/v1/conversations/${conversationId}/activities`,
+        headers: { "x-api-key": key, "content-type": "application/json" },
+        chunks: ["{\"text\": \"", "x".repeat(MAX_JSON_BODY_BYTES), "\"}"]
+      })
+      expect(reply.status).toBe(413)
+      expect(reply.headers["connection"]).toBe("close")
+      const body = JSON.parse(reply.text)
+      expect(body.error).toMatchObject({ code: "payload_too_large", details: { max_bytes: MAX_JSON_BODY_BYTES } })
+      expect(yield* storedCount(conversationId)).toBe(0)
+    }))
+
+  it.effect("requests it does not claim get the router's answers: declared oversize, other types, Accept", () =>
+    Effect.gen(function*() {
+      const { conversationId, key } = yield* tenantWithConversation
+      const path = `/api/v1/conversations/${conversationId}/activities`
+      const declared = yield* raw({
+        method: "POST",
+        path,
+        headers: { "x-api-key": key, "content-type": "application/json", "content-length": String(MAX_JSON_BODY_BYTES + 1) },
+        chunks: ["{"]
+      })
+      expect(declared.status).toBe(413)
+      const text = yield* request("POST", path, { raw: "hello", headers: { "x-api-key": key, "content-type": "text/plain" } })
+      expect(text.status).toBe(400)
+      expect(text.body).toEqual(envelope("bad_request"))
+      const html = yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, { text: "hi" }, { accept: "text/html" })
+      expect(html.status).toBe(406)
+      expect(html.body).toEqual(envelope("not_acceptable"))
+      expect(yield* storedCount(conversationId)).toBe(0)
+    }))
+
+  it.effect("an id in capitals and a query string reach the same conversation", () =>
+    Effect.gen(function*() {
+      const { conversationId, key } = yield* tenantWithConversation
+      const first = yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, { text: "one" })
+      const second = yield* tenantApi(key, "POST", `/conversations/${conversationId.toUpperCase()}/activities?via=test`, { text: "two" })
+      expect(first.status).toBe(201)
+      expect(second.status).toBe(201)
+      expect(first.headers.get("content-type")).toBe("application/json")
+      expect(second.body.data).toMatchObject({ seq: 2, conversation_id: conversationId, text: "two" })
+      expect(yield* storedCount(conversationId)).toBe(2)
+    }))
+
+  it.effect("its requests are counted under the route template", () =>
+    Effect.gen(function*() {
+      const { conversationId, key } = yield* tenantWithConversation
+      expect((yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, { text: "counted" })).status).toBe(201)
+      const metrics = (yield* request("GET", "/metrics")).body as string
+      expect(metrics).toMatch(
+        /parley_http_requests_total\{route="\/api\/v1\/conversations\/:id\/activities",method="POST",status="201"\} [1-9]/
+      )
+      expect(metrics).not.toContain(conversationId)
+    }))
+})
