@@ -90,6 +90,8 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
     const inbox = new WorkQueue<Command>()
     // Owned by the inbox fiber; `undefined` means "load from the database".
     let state: ConversationState | undefined
+    // Open `subscribe` streams; each is subscribed to `live` only after it is counted here.
+    let subscribers = 0
 
     const loadState = Effect.suspend(() =>
       state !== undefined
@@ -188,7 +190,8 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
         const inserted = written.right
         const last = inserted[inserted.length - 1]!
         state = { ...current, head_seq: last.seq, status, updated_at: last.inserted_at }
-        yield* PubSub.publishAll(live, inserted)
+        // With no stream open nobody is subscribed: publishing would only cost.
+        if (subscribers > 0) yield* PubSub.publishAll(live, inserted)
         const byNewId = new Map(inserted.map((a) => [a.id, a]))
         for (const [command, id] of waiting) {
           if (command._tag === "Append") command.done(Exit.succeed(byNewId.get(id!)!))
@@ -215,7 +218,6 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
       )
     )
     yield* Effect.addFinalizer(() => failAll(inbox.drain(), new Moved()))
-    let subscribers = 0
 
     const submit = <A, E>(command: (done: Reply<A, E>) => Command) =>
       awaitReply<A, E>((reply) => inbox.offer(command(reply)))

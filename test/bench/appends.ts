@@ -154,7 +154,10 @@ const tail = (file: string, lines = 30) => {
   }
 }
 
-/** Starts `node --import tsx <script>` (plus the probe when asked) with its output in a log file. */
+/**
+ * Starts `node <script>` (with `--import tsx` for TypeScript, and the probe when asked) with its
+ * output in a log file. Compiled JavaScript runs without tsx, exactly as `npm start` runs it.
+ */
 const startChild = (
   name: string,
   script: string,
@@ -165,7 +168,8 @@ const startChild = (
 ): Child => {
   const logFile = join(workDir, `${name}.log`)
   const probeFile = options.probe ? join(workDir, `${name}.probe.jsonl`) : undefined
-  const args = ["--import", "tsx", ...(options.probe ? ["--import", join(ROOT, "test/bench/probe.ts")] : []), script]
+  const loader = script.endsWith(".ts") || options.probe ? ["--import", "tsx"] : []
+  const args = [...loader, ...(options.probe ? ["--import", join(ROOT, "test/bench/probe.ts")] : []), script]
   const child = spawn(process.execPath, args, {
     cwd: ROOT,
     env: {
