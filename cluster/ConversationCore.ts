@@ -1,7 +1,7 @@
 import { Chunk, Data, Effect, Either, Exit, Option, PubSub, Stream } from "effect"
 import { ActivityStore, type PlannedDelivery } from "../src/conversations/ActivityStore.js"
 import { type ConversationState, ConversationStateRepo } from "../src/conversations/ConversationState.js"
-import { type Activity, ActivityDraft } from "../src/domain/Activity.js"
+import type { Activity, ActivityDraft } from "../src/domain/Activity.js"
 import { awaitReply, type Reply, WorkQueue } from "../src/concurrency/WorkQueue.js"
 import { ConversationClosed, databaseUnavailable, NotFound, type Unavailable } from "../src/domain/ApiError.js"
 
@@ -28,24 +28,23 @@ const MAX_COMMANDS_PER_ROUND = 256
 const MAX_CONFLICT_RETRIES = 5
 const REPLAY_PAGE = 500
 
-const statusEvent = (status: "active" | "closed", reason: "manual" | "expired") =>
-  new ActivityDraft({
-    id: crypto.randomUUID(),
-    type: "conversationUpdate",
-    sender: "system",
-    text: null,
-    attachments: [],
-    metadata: {
-      event: status === "closed" ? "conversation_closed" : "conversation_reopened",
-      status,
-      reason
-    },
-    idempotency_key: null,
-    reply_to_id: null,
-    message_type: null,
-    payload: null,
-    source_channel_id: null
-  })
+const statusEvent = (status: "active" | "closed", reason: "manual" | "expired"): ActivityDraft => ({
+  id: crypto.randomUUID(),
+  type: "conversationUpdate",
+  sender: "system",
+  text: null,
+  attachments: [],
+  metadata: {
+    event: status === "closed" ? "conversation_closed" : "conversation_reopened",
+    status,
+    reason
+  },
+  idempotency_key: null,
+  reply_to_id: null,
+  message_type: null,
+  payload: null,
+  source_channel_id: null
+})
 
 /** Deliveries of the inbound direction: back to the origin channel unless it only receives. */
 const planDeliveries = (state: ConversationState, drafts: ReadonlyArray<ActivityDraft>): Array<PlannedDelivery> =>

@@ -1,25 +1,24 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { ConversationEntity } from "../cluster/ConversationEntity.js"
-import { ActivityDraft } from "../src/domain/Activity.js"
+import type { ActivityDraft } from "../src/domain/Activity.js"
 import { query } from "./support/TestDatabase.js"
 import { tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { TestNodeLive } from "./support/TestNode.js"
 
-const draft = (text: string, key: string | null = null) =>
-  new ActivityDraft({
-    id: crypto.randomUUID(),
-    type: "message",
-    sender: "user",
-    text,
-    attachments: [],
-    metadata: {},
-    idempotency_key: key,
-    reply_to_id: null,
-    message_type: null,
-    payload: null,
-    source_channel_id: null
-  })
+const draft = (text: string, key: string | null = null): ActivityDraft => ({
+  id: crypto.randomUUID(),
+  type: "message",
+  sender: "user",
+  text,
+  attachments: [],
+  metadata: {},
+  idempotency_key: key,
+  reply_to_id: null,
+  message_type: null,
+  payload: null,
+  source_channel_id: null
+})
 
 const stored = (conversationId: string) =>
   Effect.map(

@@ -7,8 +7,4 @@ export const ACTIVITY_COLUMNS =
   "source_channel_id, edited_at, deleted_at, conversation_id, tenant_id, inserted_at"
 
 /** An `activities` row as pg returns it (int8 as a string) decoded into an `Activity`. */
-export const ActivityFromRow = Schema.transform(
-  Schema.Struct({ ...Activity.fields, seq: Schema.NumberFromString }),
-  Schema.typeSchema(Activity),
-  { strict: true, decode: (row) => new Activity(row), encode: (activity) => ({ ...activity }) }
-)
+export const ActivityFromRow = Schema.Struct({ ...Activity.fields, seq: Schema.NumberFromString })

@@ -4,7 +4,7 @@ import { Data, Effect, Either, Exit, Schema } from "effect"
 import { Counter } from "prom-client"
 import { awaitReply, type Reply, WorkQueue } from "../concurrency/WorkQueue.js"
 import { isUniqueViolation } from "../db/SqlErrors.js"
-import { Activity, type ActivityDraft } from "../domain/Activity.js"
+import type { Activity, ActivityDraft } from "../domain/Activity.js"
 import { redactSensitive } from "../domain/Redaction.js"
 import { prepared } from "../db/PreparedStatements.js"
 import { Metrics } from "../ops/Metrics.js"
@@ -51,8 +51,8 @@ const MAX_GROUPS_PER_TRANSACTION = 128
  */
 const WRITERS = 2
 
-/** The fields of the activity a draft became, in the order of `Activity`. */
-const storedFields = (draft: ActivityDraft, seq: number, group: WriteGroup, insertedAt: string) => ({
+/** The activity a draft became, fields in the order of `Activity`; the draft's values are checked. */
+const storedActivity = (draft: ActivityDraft, seq: number, group: WriteGroup, insertedAt: string): Activity => ({
   id: draft.id,
   type: draft.type,
   sender: draft.sender,
@@ -71,10 +71,6 @@ const storedFields = (draft: ActivityDraft, seq: number, group: WriteGroup, inse
   tenant_id: group.tenantId,
   inserted_at: insertedAt
 })
-
-/** The activity a draft became; its values were checked before the draft was made. */
-const storedActivity = (draft: ActivityDraft, seq: number, group: WriteGroup, insertedAt: string) =>
-  new Activity(storedFields(draft, seq, group, insertedAt), true)
 
 /**
  * The node's activity writer. Appends from every conversation entity on this node are written
@@ -121,7 +117,7 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
               activity_id: d.activityId,
               conversation_id: g.conversationId,
               channel_id: d.channelId,
-              payload: redactSensitive(storedFields(g.activities[i]!, g.oldHead + 1 + i, g, ""))
+              payload: redactSensitive(storedActivity(g.activities[i]!, g.oldHead + 1 + i, g, ""))
             }
           })
         )

@@ -3,7 +3,7 @@ import type { AppendRequest } from "../../cluster/ConversationCore.js"
 import { ConversationCores } from "../../cluster/ConversationCores.js"
 import { ConversationEntity } from "../../cluster/ConversationEntity.js"
 import { orUnavailable } from "../db/SqlFailure.js"
-import { type Activity, ActivityDraft } from "../domain/Activity.js"
+import type { Activity, ActivityDraft } from "../domain/Activity.js"
 import {
   BadRequest,
   InvalidMessage,
@@ -126,13 +126,12 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
           return yield* new BadRequest({ message: "x-idempotency-key must be 1 to 255 characters" })
         }
         yield* checkTarget(conversationId, checked.type, checked.sender, checked.reply_to_id)
-        // Every field was checked above: the constructor need not check them again.
-        const draft = new ActivityDraft({
+        const draft: ActivityDraft = {
           ...checked,
           id: crypto.randomUUID(),
           idempotency_key: options.idempotencyKey,
           source_channel_id: options.sourceChannelId
-        }, true)
+        }
         // One entity per conversation, however the caller spelled its id.
         return yield* appendTo(conversationId.toLowerCase(), { tenantId: scope.tenantId, draft, deadline: Date.now() + WRITE_DEADLINE_MS })
       })

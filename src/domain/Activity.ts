@@ -15,8 +15,12 @@ export type ActivityType = typeof ActivityType.Type
 
 const JsonObject = Schema.Record({ key: Schema.String, value: Schema.Unknown })
 
-/** The canonical activity (server-apis.md): the tenant API's shape and the body of outbound webhooks. */
-export class Activity extends Schema.Class<Activity>("Activity")({
+/**
+ * The canonical activity (server-apis.md): the tenant API's shape and the body of outbound webhooks.
+ * A plain struct, not a `Schema.Class`: two are made per append, and a class constructor costs
+ * microseconds even without validation.
+ */
+export const Activity = Schema.Struct({
   id: Schema.UUID,
   type: ActivityType,
   sender: Schema.String,
@@ -34,10 +38,11 @@ export class Activity extends Schema.Class<Activity>("Activity")({
   conversation_id: Schema.UUID,
   tenant_id: Schema.UUID,
   inserted_at: Schema.String
-}) {}
+}).annotations({ identifier: "Activity" })
+export type Activity = typeof Activity.Type
 
 /** An activity accepted by validation, before it has a seq: what the conversation entity appends. */
-export class ActivityDraft extends Schema.Class<ActivityDraft>("ActivityDraft")(
+export const ActivityDraft = Schema.Struct(
   // `id` is chosen before the entity call, so a call re-sent after a crash is recognised.
   Struct.pick(
     Activity.fields,
@@ -53,4 +58,5 @@ export class ActivityDraft extends Schema.Class<ActivityDraft>("ActivityDraft")(
     "payload",
     "source_channel_id"
   )
-) {}
+).annotations({ identifier: "ActivityDraft" })
+export type ActivityDraft = typeof ActivityDraft.Type

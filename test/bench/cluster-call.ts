@@ -8,7 +8,7 @@
 import { MessageStorage, RunnerHealth, Runners, RunnerStorage, Sharding, ShardingConfig } from "@effect/cluster"
 import { Context, Duration, Effect, Layer, Stream } from "effect"
 import { ConversationEntity } from "../../cluster/ConversationEntity.js"
-import { Activity, ActivityDraft } from "../../src/domain/Activity.js"
+import type { Activity, ActivityDraft } from "../../src/domain/Activity.js"
 
 const CALLS = Number(process.env["CALLS"] ?? "20000")
 const CONCURRENCY = 64
@@ -16,31 +16,29 @@ const ENTITIES = 1000
 const TENANT = "00000000-0000-4000-8000-000000000001"
 const ids = Array.from({ length: ENTITIES }, () => crypto.randomUUID())
 
-const draftOf = () =>
-  new ActivityDraft({
-    id: crypto.randomUUID(),
-    type: "message",
-    sender: "user",
-    text: "hello from the benchmark",
-    attachments: [],
-    metadata: {},
-    idempotency_key: null,
-    reply_to_id: null,
-    message_type: null,
-    payload: null,
-    source_channel_id: null
-  })
+const draftOf = (): ActivityDraft => ({
+  id: crypto.randomUUID(),
+  type: "message",
+  sender: "user",
+  text: "hello from the benchmark",
+  attachments: [],
+  metadata: {},
+  idempotency_key: null,
+  reply_to_id: null,
+  message_type: null,
+  payload: null,
+  source_channel_id: null
+})
 
-const activityOf = (draft: ActivityDraft, conversationId: string) =>
-  new Activity({
-    ...draft,
-    seq: 1,
-    edited_at: null,
-    deleted_at: null,
-    conversation_id: conversationId,
-    tenant_id: TENANT,
-    inserted_at: "2026-01-01T00:00:00.000000Z"
-  })
+const activityOf = (draft: ActivityDraft, conversationId: string): Activity => ({
+  ...draft,
+  seq: 1,
+  edited_at: null,
+  deleted_at: null,
+  conversation_id: conversationId,
+  tenant_id: TENANT,
+  inserted_at: "2026-01-01T00:00:00.000000Z"
+})
 
 const EntityLive = ConversationEntity.toLayer(
   Effect.succeed(ConversationEntity.of({
