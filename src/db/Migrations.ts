@@ -3,13 +3,13 @@ import { PgMigrator } from "@effect/sql-pg"
 import { Layer } from "effect"
 import foundation from "../../migrations/0001_foundation.js"
 import rateLimitCounters from "../../migrations/0002_rate_limit_counters.js"
-import deliveryConversationKey from "../../migrations/0003_delivery_conversation_key.js"
+import appendPath from "../../migrations/0003_append_path.js"
 
 /** Every shipped migration, by name; readiness reports any that is not applied. */
 export const migrations = {
   "0001_foundation": foundation,
   "0002_rate_limit_counters": rateLimitCounters,
-  "0003_delivery_conversation_key": deliveryConversationKey
+  "0003_append_path": appendPath
 } as const
 
 /** Applies pending migrations at start; PgMigrator locks its table, so concurrent nodes are safe. */
