@@ -21,14 +21,17 @@ export const ConversationExpiryLive = Layer.unwrapEffect(
         const sql = yield* SqlClient.SqlClient
         const entity = yield* ConversationEntity.client
         const sweep = Effect.gen(function*() {
-          const cutoff = new Date(Date.now() - config.conversationIdleCloseSeconds * 1000).toISOString()
+          const cutoffMs = Date.now() - config.conversationIdleCloseSeconds * 1000
+          const cutoff = new Date(cutoffMs).toISOString()
+          // The index holds the minute of `updated_at` (migration 0003); the exact time is checked after.
+          const cutoffMinute = Math.floor(cutoffMs / 60_000)
           let closed = 0
           while (true) {
             let closedNow = 0
             const idle = yield* sql<{ id: string; tenant_id: string }>`
               SELECT id, tenant_id FROM conversations
-              WHERE status = 'active' AND updated_at < ${cutoff}
-              ORDER BY updated_at LIMIT ${PAGE}`
+              WHERE status = 'active' AND activity_minute <= ${cutoffMinute} AND updated_at < ${cutoff}
+              ORDER BY activity_minute, updated_at LIMIT ${PAGE}`
             for (const { id, tenant_id } of idle) {
               const result = yield* entity(id).SetStatus({
                 tenantId: tenant_id,
