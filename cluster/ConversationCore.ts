@@ -1,8 +1,8 @@
 import { Chunk, Data, Effect, Either, Exit, Option, PubSub, Stream } from "effect"
+import { awaitReply, type Reply, WorkQueue } from "../src/concurrency/WorkQueue.js"
 import { ActivityStore, type PlannedDelivery } from "../src/conversations/ActivityStore.js"
 import { type ConversationState, ConversationStateRepo } from "../src/conversations/ConversationState.js"
 import type { Activity, ActivityDraft } from "../src/domain/Activity.js"
-import { awaitReply, type Reply, WorkQueue } from "../src/concurrency/WorkQueue.js"
 import { ConversationClosed, databaseUnavailable, NotFound, type Unavailable } from "../src/domain/ApiError.js"
 
 /** This node no longer owns the conversation's shard: the caller goes through the cluster. */
