@@ -40,9 +40,12 @@ import { dirname, join, resolve } from "node:path"
 import { performance } from "node:perf_hooks"
 import { fileURLToPath } from "node:url"
 import Pg from "pg"
+import { type CounterRun, type Counters, countersAvailable, startCounters } from "./counters.js"
 import type { ProbeReport } from "./probe.js"
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..")
+/** Whether the server's instructions per request can be counted (perf stat) on this machine. */
+const perfCounters = countersAvailable()
 const POOL_SIZE = 10 // Parley's pool size (src/db/Database.ts); the baseline uses the same.
 /** How much longer than asked a warm-up may run to reach every conversation once. */
 const MAX_EXTRA_WARMUP_MS = 60_000
@@ -479,6 +482,8 @@ interface Row {
   readonly errorSamples: ReadonlyArray<string>
   readonly cpu: DriveResult["cpu"]
   readonly probe: ProbeReport | undefined
+  /** The server's instructions and cycles in the window, where perf can count them. */
+  readonly counters: Counters | undefined
 }
 
 const percentile = (sorted: Float64Array, q: number) =>
@@ -531,6 +536,8 @@ const runScenario = async (
   await withDatabase(db.url, (client) => client.query("CHECKPOINT")).catch(() => undefined)
   process.stdout.write(`  ${scenario}: C=${options.clients} K=${conversations}, ` +
     `${options.warmupMs / 1000} s warm-up + ${options.durationMs / 1000} s measured ... `)
+  let counting: CounterRun | undefined
+  let stopped: Promise<Counters | undefined> | undefined
   const result = await drive(
     {
       port: child.port,
@@ -538,8 +545,10 @@ const runScenario = async (
       paths,
       headers,
       pgPids: () => backendPids(db.url, db.name),
-      onWindow: () => {
+      onWindow: (edge) => {
         if (options.probe) child.process.kill("SIGUSR2")
+        if (edge === "open" && perfCounters) counting = startCounters(child.process.pid!)
+        if (edge === "close") stopped = counting?.stop()
       },
       abort: () =>
         interruptedBy !== undefined
@@ -570,7 +579,8 @@ const runScenario = async (
     errors: result.errors,
     errorSamples: result.errorSamples,
     cpu: result.cpu,
-    probe
+    probe,
+    counters: await stopped
   }
   console.log(`${Math.round(row.perSecond)} activities/s${row.errors > 0 ? `, ${row.errors} errors` : ""}` +
     (result.warmupMs > options.warmupMs + 1000 ? ` (warm-up took ${(result.warmupMs / 1000).toFixed(1)} s to reach every conversation)` : ""))
@@ -626,7 +636,7 @@ const fixed = (n: number, digits: number) => (Number.isFinite(n) ? n.toFixed(dig
 const printTable = (rows: ReadonlyArray<Row>) => {
   const header = [
     "scenario", "C", "K", "requests", "activities/s", "p50 ms", "p99 ms", "errors",
-    "cpu srv", "cpu pg", "cpu gen", "cpu other", "srv µs/req", "pg µs/req"
+    "cpu srv", "cpu pg", "cpu gen", "cpu other", "srv µs/req", "pg µs/req", "srv instr/req", "srv IPC"
   ]
   const perRequest = (cores: number, r: Row) => (r.perSecond > 0 ? String(Math.round((cores / r.perSecond) * 1e6)) : "-")
   const cells = rows.map((r) => [
@@ -643,7 +653,9 @@ const printTable = (rows: ReadonlyArray<Row>) => {
     fixed(r.cpu.generator, 2),
     fixed(r.cpu.other, 2),
     perRequest(r.cpu.server, r),
-    perRequest(r.cpu.pg, r)
+    perRequest(r.cpu.pg, r),
+    r.counters === undefined || r.requests === 0 ? "-" : `${Math.round(r.counters.instructions / r.requests / 1000)}k`,
+    r.counters === undefined ? "-" : fixed(r.counters.instructions / r.counters.cycles, 2)
   ])
   const widths = header.map((h, i) => Math.max(h.length, ...cells.map((c) => c[i]!.length)))
   const line = (c: ReadonlyArray<string>) =>
@@ -692,6 +704,9 @@ const main = async () => {
   console.log(`Parley append benchmark: ${cpus.length} cores (${cpus[0]?.model ?? "unknown CPU"}), node ${process.version}, ` +
     `load average ${os.loadavg().map((l) => l.toFixed(2)).join(" ")}`)
   console.log(`database ${dbName}, logs in ${workDir}`)
+  console.log(perfCounters
+    ? "server instructions and cycles per window from perf stat"
+    : "perf stat cannot count instructions here: the instr/req and IPC columns stay empty")
 
   let dropped = false
   const dropDatabase = async () => {
@@ -782,7 +797,8 @@ const main = async () => {
   const baseline = rows.find((r) => r.scenario.startsWith("baseline"))
   console.log("")
   console.log(`cores: ${cpus.length} (${cpus[0]?.model ?? "unknown CPU"}); cpu columns: cores used during the window ` +
-    `by the server process, its PostgreSQL backends, this load generator and everything else; µs/req: CPU time per append`)
+    `by the server process, its PostgreSQL backends, this load generator and everything else; µs/req: CPU time per append; ` +
+    `srv instr/req and IPC: the server's instructions per append and per cycle (a busy host lowers IPC, not instructions)`)
   for (const row of rows) {
     if (row.cpu.other > 0.25) {
       console.log(`WARNING: other processes used ${row.cpu.other.toFixed(2)} cores during "${row.scenario}": ` +
