@@ -1,5 +1,6 @@
 import type { ServerResponse } from "node:http"
 import { Cause, Chunk, Effect, Either, Option, Runtime, Schema } from "effect"
+import { logsAtDebug } from "../ops/LogLevels.js"
 import { Conversations } from "../conversations/Conversations.js"
 import { Lifecycle } from "../ops/Lifecycle.js"
 import { Metrics } from "../ops/Metrics.js"
@@ -68,6 +69,7 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
     const lifecycle = yield* Lifecycle
     const post = postActivity(yield* Conversations, yield* RateLimiter)
     const runFork = Runtime.runFork(yield* Effect.runtime<never>())
+    const accessLog = yield* logsAtDebug
 
     /** The answer for a failure: the envelope of a typed error, or a logged 500 that reveals nothing. */
     const fromCause = (cause: Cause.Cause<unknown>, requestId: string): Effect.Effect<Answer> => {
@@ -136,6 +138,7 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
         Effect.gen(function*() {
           const result = yield* answer(request, conversationId, text, requestId)
           const seconds = respond(response, requestId, result, started, yield* lifecycle.isDraining)
+          if (!accessLog) return
           yield* Effect.logDebug("http request").pipe(Effect.annotateLogs({
             request_id: requestId,
             method: "POST",

@@ -1,6 +1,7 @@
 import { HttpLayerRouter, HttpServerError, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Cause, Chunk, Effect, Option } from "effect"
 import { Lifecycle } from "../ops/Lifecycle.js"
+import { logsAtDebug } from "../ops/LogLevels.js"
 import { Metrics } from "../ops/Metrics.js"
 import {
   acceptsJson,
@@ -108,6 +109,7 @@ export const EdgeMiddleware = HttpLayerRouter.middleware(
     const metrics = yield* Metrics
     const routes = yield* RouteTable
     const lifecycle = yield* Lifecycle
+    const accessLog = yield* logsAtDebug
     return (httpEffect) =>
       Effect.gen(function*() {
         const request = yield* HttpServerRequest.HttpServerRequest
@@ -142,6 +144,7 @@ export const EdgeMiddleware = HttpLayerRouter.middleware(
           : answered
         const seconds = (performance.now() - started) / 1000
         metrics.observeRequest(template ?? "unmatched", request.method, finished.status, seconds)
+        if (!accessLog) return finished
         yield* Effect.logDebug("http request").pipe(
           Effect.annotateLogs({
             request_id: requestId,

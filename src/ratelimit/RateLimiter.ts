@@ -88,39 +88,40 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
       })
 
     /** Tenant override, then `RATE_LIMITS`, then the built-in default. */
-    const windowOf = (bucket: Bucket, tenantId: string | null) =>
-      Effect.gen(function*() {
-        if (tenantId !== null && OVERRIDABLE.has(bucket)) {
-          const override = (yield* overrideOf(tenantId))[bucket as OverridableBucket]
-          if (override !== undefined) return override
-        }
-        return installation[bucket] ?? defaultWindows[bucket]
-      })
+    const windowOf = (bucket: Bucket, tenantId: string | null): Effect.Effect<Window> => {
+      const fallback = installation[bucket] ?? defaultWindows[bucket]
+      return tenantId !== null && OVERRIDABLE.has(bucket)
+        ? Effect.map(overrideOf(tenantId), (overrides) => overrides[bucket as OverridableBucket] ?? fallback)
+        : Effect.succeed(fallback)
+    }
+
+    /** Counts one event in the window, or fails with the time left in it. */
+    const count = (bucket: Bucket, key: string, window: Window) => {
+      const now = Date.now()
+      const windowStart = Math.floor(now / window.scale_ms) * window.scale_ms
+      const id = `${bucket}\u0000${key}\u0000${windowStart}`
+      let slot = slots.get(id)
+      if (slot === undefined) {
+        slot = { bucket, key, windowStart, windowEnd: windowStart + window.scale_ms, unsynced: 0, synced: 0 }
+        slots.set(id, slot)
+      }
+      if (slot.synced + slot.unsynced >= window.limit) {
+        rejections.inc({ bucket })
+        return Effect.fail(
+          new RateLimited({ message: `rate limit ${bucket} exceeded`, retry_after_ms: Math.max(1, slot.windowEnd - now) })
+        )
+      }
+      slot.unsynced += 1
+      return Effect.void
+    }
 
     /**
      * Counts one event for `key` in `bucket`, or fails with 429 `rate_limited` and the time left in
-     * the window. `tenantId` selects the tenant's overrides for the overridable buckets.
+     * the window. `tenantId` selects the tenant's overrides for the overridable buckets. On every
+     * request, so plain functions rather than generators.
      */
     const consume = (bucket: Bucket, key: string, tenantId: string | null) =>
-      Effect.gen(function*() {
-        const window = yield* windowOf(bucket, tenantId)
-        const now = Date.now()
-        const windowStart = Math.floor(now / window.scale_ms) * window.scale_ms
-        const id = `${bucket}\u0000${key}\u0000${windowStart}`
-        let slot = slots.get(id)
-        if (slot === undefined) {
-          slot = { bucket, key, windowStart, windowEnd: windowStart + window.scale_ms, unsynced: 0, synced: 0 }
-          slots.set(id, slot)
-        }
-        if (slot.synced + slot.unsynced >= window.limit) {
-          rejections.inc({ bucket })
-          return yield* new RateLimited({
-            message: `rate limit ${bucket} exceeded`,
-            retry_after_ms: Math.max(1, slot.windowEnd - now)
-          })
-        }
-        slot.unsynced += 1
-      })
+      Effect.flatMap(windowOf(bucket, tenantId), (window) => count(bucket, key, window))
 
     /** Adds local counts to the shared table and learns the cluster's totals for live windows. */
     const sync = Effect.gen(function*() {
