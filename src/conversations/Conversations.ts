@@ -117,24 +117,26 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
       conversationId: string,
       input: ActivityInput,
       options: { readonly idempotencyKey: string | null; readonly sourceChannelId: string | null }
-    ) =>
-      Effect.gen(function*() {
-        // The entity checks the tenant itself; only a channel-bound caller needs a look first.
-        if (scope.channelId !== null) yield* get(scope, conversationId, { channels: false })
-        const checked = yield* checkActivity(input)
-        if (options.idempotencyKey !== null && (options.idempotencyKey.length === 0 || options.idempotencyKey.length > 255)) {
-          return yield* new BadRequest({ message: "x-idempotency-key must be 1 to 255 characters" })
-        }
-        yield* checkTarget(conversationId, checked.type, checked.sender, checked.reply_to_id)
-        const draft: ActivityDraft = {
-          ...checked,
-          id: crypto.randomUUID(),
-          idempotency_key: options.idempotencyKey,
-          source_channel_id: options.sourceChannelId
-        }
-        // One entity per conversation, however the caller spelled its id.
-        return yield* appendTo(conversationId.toLowerCase(), { tenantId: scope.tenantId, draft, deadline: Date.now() + WRITE_DEADLINE_MS })
-      })
+    ) => {
+      // On every append: combinators, not a generator (each `Effect.gen` costs about 2 µs).
+      const key = options.idempotencyKey
+      // The entity checks the tenant itself; only a channel-bound caller needs a look first.
+      const reachable = scope.channelId !== null ? Effect.asVoid(get(scope, conversationId, { channels: false })) : Effect.void
+      return reachable.pipe(
+        Effect.zipRight(checkActivity(input)),
+        Effect.tap(() =>
+          key !== null && (key.length === 0 || key.length > 255)
+            ? Effect.fail(new BadRequest({ message: "x-idempotency-key must be 1 to 255 characters" }))
+            : Effect.void
+        ),
+        Effect.tap((checked) => checkTarget(conversationId, checked.type, checked.sender, checked.reply_to_id)),
+        Effect.flatMap((checked) => {
+          const draft: ActivityDraft = { ...checked, id: crypto.randomUUID(), idempotency_key: key, source_channel_id: options.sourceChannelId }
+          // One entity per conversation, however the caller spelled its id.
+          return appendTo(conversationId.toLowerCase(), { tenantId: scope.tenantId, draft, deadline: Date.now() + WRITE_DEADLINE_MS })
+        })
+      )
+    }
 
     /** Closes or reopens; idempotent. Returns the conversation as it is afterwards. */
     const setStatus = (scope: ConversationScope, id: string, status: "active" | "closed") =>

@@ -135,17 +135,17 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
       const started = performance.now()
       const requestId = requestIdFrom(header(request, "x-request-id"))
       runFork(
-        Effect.gen(function*() {
-          const result = yield* answer(request, conversationId, text, requestId)
-          const seconds = respond(response, requestId, result, started, yield* lifecycle.isDraining)
-          if (!accessLog) return
-          yield* Effect.logDebug("http request").pipe(Effect.annotateLogs({
-            request_id: requestId,
-            method: "POST",
-            route: TEMPLATE,
-            status: result.status,
-            duration_ms: Math.round(seconds * 1000)
-          }))
+        Effect.flatMap(Effect.zip(answer(request, conversationId, text, requestId), lifecycle.isDraining), ([result, draining]) => {
+          const seconds = respond(response, requestId, result, started, draining)
+          return accessLog
+            ? Effect.logDebug("http request").pipe(Effect.annotateLogs({
+              request_id: requestId,
+              method: "POST",
+              route: TEMPLATE,
+              status: result.status,
+              duration_ms: Math.round(seconds * 1000)
+            }))
+            : Effect.void
         })
       )
     }

@@ -16,15 +16,14 @@ export const postActivity = (conversations: Conversations, limiter: RateLimiter)
   payload: ActivityInput,
   idempotencyKey: string | undefined
 ) =>
-  Effect.gen(function*() {
-    yield* checkScope(credential, "write")
-    yield* limiter.consume("activity_create", credential.tenantId, credential.tenantId)
-    const data = yield* conversations.append(credential, conversationId, payload, {
+  checkScope(credential, "write").pipe(
+    Effect.zipRight(limiter.consume("activity_create", credential.tenantId, credential.tenantId)),
+    Effect.zipRight(conversations.append(credential, conversationId, payload, {
       idempotencyKey: idempotencyKey ?? null,
       sourceChannelId: null
-    })
-    return { data }
-  })
+    })),
+    Effect.map((data) => ({ data }))
+  )
 
 export const ConversationsHandlers = HttpApiBuilder.group(ParleyApi, "conversations", (handlers) =>
   Effect.gen(function*() {

@@ -45,21 +45,21 @@ export class ManageAuth extends HttpApiMiddleware.Tag<ManageAuth>()("parley/Mana
 }) {}
 
 /** The credential an `x-api-key` header value stands for; 401 when it is missing or not valid now. */
-export const credentialForApiKey = (keys: ApiKeys, raw: string | undefined) =>
-  Effect.gen(function*() {
-    if (raw === undefined || raw === "") {
-      return yield* new Unauthorized({ message: "missing x-api-key" })
-    }
-    const key = yield* keys.authenticate(raw)
-    if (Option.isNone(key)) return yield* new Unauthorized({ message: "invalid, expired or revoked API key" })
-    const { id, kind, scopes, tenantId } = key.value
-    return {
-      tenantId,
-      scopes,
-      channelId: null,
-      actor: { type: "tenant_api", id: kind === "primary" ? tenantId : id }
-    } satisfies TenantCredential
-  })
+export const credentialForApiKey = (
+  keys: ApiKeys,
+  raw: string | undefined
+): Effect.Effect<TenantCredential, Unauthorized | Unavailable> =>
+  raw === undefined || raw === ""
+    ? Effect.fail(new Unauthorized({ message: "missing x-api-key" }))
+    : Effect.flatMap(keys.authenticate(raw), (key) =>
+      Option.isNone(key)
+        ? Effect.fail(new Unauthorized({ message: "invalid, expired or revoked API key" }))
+        : Effect.succeed({
+          tenantId: key.value.tenantId,
+          scopes: key.value.scopes,
+          channelId: null,
+          actor: { type: "tenant_api", id: key.value.kind === "primary" ? key.value.tenantId : key.value.id }
+        }))
 
 const authenticate = (keys: ApiKeys) =>
   Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => credentialForApiKey(keys, request.headers["x-api-key"]))
