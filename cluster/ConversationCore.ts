@@ -1,5 +1,5 @@
 import { Chunk, Data, Effect, Either, Exit, Option, PubSub, Stream } from "effect"
-import { awaitReply, type Reply, WorkQueue } from "../src/concurrency/WorkQueue.js"
+import { awaitReply, type Reply } from "../src/concurrency/WorkQueue.js"
 import { ActivityStore, type PlannedDelivery } from "../src/conversations/ActivityStore.js"
 import { type ConversationState, ConversationStateRepo } from "../src/conversations/ConversationState.js"
 import type { Activity, ActivityDraft } from "../src/domain/Activity.js"
@@ -86,7 +86,8 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
     const store = yield* ActivityStore
     const states = yield* ConversationStateRepo
     const live = yield* PubSub.unbounded<Activity>()
-    const inbox = new WorkQueue<Command>()
+    // Commands waiting for the next round, in arrival order.
+    const inbox: Array<Command> = []
     // Owned by the inbox fiber; `undefined` means "load from the database".
     let state: ConversationState | undefined
     // Open `subscribe` streams; each is subscribed to `live` only after it is counted here.
@@ -198,37 +199,79 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
         }
       })
 
-    yield* Effect.forkScoped(
-      Effect.forever(
-        inbox.take(MAX_COMMANDS_PER_ROUND).pipe(Effect.flatMap((chunk) =>
-          round(chunk, 0).pipe(
-            // A bug in one round answers its commands with the defect and forgets the state;
-            // the conversation keeps taking commands.
-            Effect.catchAllCause((cause) =>
-              Effect.logError("conversation round failed unexpectedly", cause).pipe(
-                Effect.zipRight(Effect.sync(() => (state = undefined))),
-                Effect.zipRight(Effect.sync(() => {
-                  for (const command of chunk) (command.done as StatusDone)(Exit.failCause(cause))
-                }))
-              )
-            )
+    /**
+     * Runs one round at a time: `busy` is set by whoever runs it, the core's fiber or a caller that
+     * found the core idle. A bug in one round answers its commands with the defect and forgets the
+     * state; the conversation keeps taking commands.
+     */
+    let busy = false
+    let wakeCore: (() => void) | undefined
+
+    const runRound = (commands: ReadonlyArray<Command>) =>
+      round(commands, 0).pipe(
+        Effect.catchAllCause((cause) =>
+          Effect.logError("conversation round failed unexpectedly", cause).pipe(
+            Effect.zipRight(Effect.sync(() => {
+              state = undefined
+              for (const command of commands) (command.done as StatusDone)(Exit.failCause(cause))
+            }))
           )
-        ))
+        ),
+        Effect.ensuring(Effect.sync(() => {
+          busy = false
+          wakeCore?.()
+        })),
+        Effect.uninterruptible
       )
-    )
-    yield* Effect.addFinalizer(() => failAll(inbox.drain(), new Moved()))
+
+    /** Waits until no round runs and commands wait, then takes them (and the turn). */
+    const nextBatch = Effect.async<Array<Command>>((resume) => {
+      const attempt = () => {
+        wakeCore = undefined
+        if (busy || inbox.length === 0) {
+          wakeCore = attempt
+          return
+        }
+        busy = true
+        resume(Effect.succeed(inbox.splice(0, MAX_COMMANDS_PER_ROUND)))
+      }
+      attempt()
+      return Effect.sync(() => (wakeCore = undefined))
+    })
+
+    yield* Effect.forkScoped(Effect.forever(Effect.flatMap(nextBatch, runRound)))
+    yield* Effect.addFinalizer(() => failAll(inbox.splice(0), new Moved()))
+
+    const enqueue = (command: Command) => {
+      inbox.push(command)
+      wakeCore?.()
+    }
 
     const submit = <A, E>(command: (done: Reply<A, E>) => Command) =>
-      awaitReply<A, E>((reply) => inbox.offer(command(reply)))
+      awaitReply<A, E>((reply) => enqueue(command(reply)))
 
     /** Like `submit`, failing with `onTimeout` if no answer comes in time. */
     const submitWithin = <A, E>(command: (done: Reply<A, E>) => Command, within: AnswerWithin<E>) =>
       awaitReply<A, E>((reply) => {
         const timer = setTimeout(() => reply(Exit.fail(within.onTimeout())), within.ms)
-        inbox.offer(command((exit) => {
+        enqueue(command((exit) => {
           clearTimeout(timer)
           reply(exit)
         }))
+      })
+
+    /**
+     * A local append to an idle core runs its round in the caller's fiber, saving the two hops
+     * through the core's fiber (most rounds have one command when appends spread over many
+     * conversations). Its answer is the round's, however long the write takes; commands that
+     * arrive meanwhile queue as usual and keep their own deadline.
+     */
+    const appendInline = (command: (done: AppendDone) => Command) =>
+      Effect.suspend(() => {
+        busy = true
+        let answer: Exit.Exit<Activity, NotFound | ConversationClosed | Unavailable | Moved> | undefined
+        const commands = [command((exit) => (answer = exit))]
+        return Effect.flatMap(runRound(commands), () => answer ?? Exit.die(new Error("the round gave no answer")))
       })
 
     /** Stored activities above `fromSeq`, then live ones; subscribed first so nothing falls between. */
@@ -255,10 +298,12 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
 
     return {
       /** Appends; `within` bounds the wait when the caller has no deadline of its own. */
-      append: (request: AppendRequest, within?: AnswerWithin<Unavailable>) => {
-        const command = (done: AppendDone): Command => ({ _tag: "Append", ...request, done })
-        return within === undefined ? submit(command) : submitWithin(command, within)
-      },
+      append: (request: AppendRequest, within?: AnswerWithin<Unavailable>) =>
+        Effect.suspend(() => {
+          const command = (done: AppendDone): Command => ({ _tag: "Append", ...request, done })
+          if (within === undefined) return submit(command)
+          return busy || inbox.length > 0 ? submitWithin(command, within) : appendInline(command)
+        }),
       setStatus: (request: StatusRequest) =>
         submit((done: StatusDone): Command => ({ _tag: "SetStatus", ...request, done })),
       subscribe,
