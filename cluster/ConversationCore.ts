@@ -88,7 +88,7 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
     const live = yield* PubSub.unbounded<Activity>()
     // Commands waiting for the next round, in arrival order.
     const inbox: Array<Command> = []
-    // Owned by the inbox fiber; `undefined` means "load from the database".
+    // Used only by the round that holds the turn; `undefined` means "load from the database".
     let state: ConversationState | undefined
     // Open `subscribe` streams; each is subscribed to `live` only after it is counted here.
     let subscribers = 0
@@ -263,16 +263,14 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
     /**
      * A local append to an idle core runs its round in the caller's fiber, saving the two hops
      * through the core's fiber (most rounds have one command when appends spread over many
-     * conversations). Its answer is the round's, however long the write takes; commands that
-     * arrive meanwhile queue as usual and keep their own deadline.
+     * conversations). The caller has taken the turn (`busy`). Its answer is the round's, however
+     * long the write takes; commands that arrive meanwhile queue as usual and keep their deadline.
      */
-    const appendInline = (command: (done: AppendDone) => Command) =>
-      Effect.suspend(() => {
-        busy = true
-        let answer: Exit.Exit<Activity, NotFound | ConversationClosed | Unavailable | Moved> | undefined
-        const commands = [command((exit) => (answer = exit))]
-        return Effect.flatMap(runRound(commands), () => answer ?? Exit.die(new Error("the round gave no answer")))
-      })
+    const appendInline = (command: (done: AppendDone) => Command) => {
+      let answer: Exit.Exit<Activity, NotFound | ConversationClosed | Unavailable | Moved> | undefined
+      const commands = [command((exit) => (answer = exit))]
+      return Effect.flatMap(runRound(commands), () => answer ?? Exit.die(new Error("the round gave no answer")))
+    }
 
     /** Stored activities above `fromSeq`, then live ones; subscribed first so nothing falls between. */
     const subscribe = (fromSeq: number) =>
@@ -299,11 +297,17 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
     return {
       /** Appends; `within` bounds the wait when the caller has no deadline of its own. */
       append: (request: AppendRequest, within?: AnswerWithin<Unavailable>) =>
-        Effect.suspend(() => {
-          const command = (done: AppendDone): Command => ({ _tag: "Append", ...request, done })
-          if (within === undefined) return submit(command)
-          return busy || inbox.length > 0 ? submitWithin(command, within) : appendInline(command)
-        }),
+        Effect.uninterruptibleMask((restore) =>
+          Effect.suspend(() => {
+            const command = (done: AppendDone): Command => ({ _tag: "Append", ...request, done })
+            if (within === undefined) return restore(submit(command))
+            if (busy || inbox.length > 0) return restore(submitWithin(command, within))
+            // The turn is taken in the same step as the check, and released by the round whatever
+            // happens (nothing can interrupt in between).
+            busy = true
+            return appendInline(command)
+          })
+        ),
       setStatus: (request: StatusRequest) =>
         submit((done: StatusDone): Command => ({ _tag: "SetStatus", ...request, done })),
       subscribe,
