@@ -43,7 +43,8 @@ export const NodeLive = HttpLive.pipe(
   Layer.provideMerge(Layer.mergeAll(ConversationHub.Default, RateLimiter.Default, ConversationCores.Default)),
   Layer.provideMerge(Layer.mergeAll(ActivityStore.Default, ConversationStateRepo.Default)),
   Layer.provideMerge(ClusterLive),
-  Layer.provide(NodeServices),
+  // Merged into the output, so in-process test nodes can start a drain.
+  Layer.provideMerge(NodeServices),
   Layer.provide(MigrationsLive),
   // Merged into the output too: in-process test nodes read their own database through it.
   Layer.provideMerge(DatabaseLive)

@@ -1,24 +1,10 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect, Either } from "effect"
 import { ActivityStore } from "../src/conversations/ActivityStore.js"
-import type { ActivityDraft } from "../src/domain/Activity.js"
-import { insertChannel, insertConversation } from "./support/Fixtures.js"
+import { insertChannel, insertConversation, messageDraft } from "./support/Fixtures.js"
 import { query } from "./support/TestDatabase.js"
 import { createTenant, TestNodeLive } from "./support/TestNode.js"
 
-const draft = (text: string): ActivityDraft => ({
-  id: crypto.randomUUID(),
-  type: "message",
-  sender: "user",
-  text,
-  attachments: [],
-  metadata: {},
-  idempotency_key: null,
-  reply_to_id: null,
-  message_type: null,
-  payload: null,
-  source_channel_id: null
-})
 
 const storedTexts = (conversationId: string) =>
   Effect.map(
@@ -37,7 +23,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("activity store", (it) => {
         conversationId,
         tenantId: tenant.id,
         oldHead,
-        activities: [draft(text)],
+        activities: [messageDraft(text)],
         deliveries: [],
         status: null
       })

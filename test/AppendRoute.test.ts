@@ -1,6 +1,7 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { MAX_JSON_BODY_BYTES } from "../src/http/EdgeRules.js"
+import { Lifecycle } from "../src/ops/Lifecycle.js"
 import { envelope } from "./support/Envelope.js"
 import { tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { rawRequest } from "./support/RawHttp.js"
@@ -106,5 +107,22 @@ layer(TestNodeLive(), { excludeTestServices: true })("lean append route", (it) =
         /parley_http_requests_total\{route="\/api\/v1\/conversations\/:id\/activities",method="POST",status="201"\} [1-9]/
       )
       expect(metrics).not.toContain(conversationId)
+    }))
+})
+
+layer(TestNodeLive(), { excludeTestServices: true })("lean append route while draining", (it) => {
+  it.effect("appends are still answered, and each answer closes its connection", () =>
+    Effect.gen(function*() {
+      const { conversationId, key } = yield* tenantWithConversation
+      yield* Effect.flatMap(Lifecycle, (lifecycle) => lifecycle.startDrain)
+      const reply = yield* raw({
+        method: "POST",
+        path: `/api/v1/conversations/${conversationId}/activities`,
+        headers: { "x-api-key": key, "content-type": "application/json" },
+        chunks: [JSON.stringify({ text: "during the drain" })]
+      })
+      expect(reply.status).toBe(201)
+      expect(reply.headers["connection"]).toBe("close")
+      expect(yield* storedCount(conversationId)).toBe(1)
     }))
 })

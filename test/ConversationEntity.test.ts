@@ -1,24 +1,10 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { ConversationEntity } from "../cluster/ConversationEntity.js"
-import type { ActivityDraft } from "../src/domain/Activity.js"
 import { query } from "./support/TestDatabase.js"
-import { tenantApi, tenantWithConversation } from "./support/Fixtures.js"
+import { messageDraft, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { TestNodeLive } from "./support/TestNode.js"
 
-const draft = (text: string, key: string | null = null): ActivityDraft => ({
-  id: crypto.randomUUID(),
-  type: "message",
-  sender: "user",
-  text,
-  attachments: [],
-  metadata: {},
-  idempotency_key: key,
-  reply_to_id: null,
-  message_type: null,
-  payload: null,
-  source_channel_id: null
-})
 
 const stored = (conversationId: string) =>
   Effect.map(
@@ -32,7 +18,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
       const { conversationId, tenant } = yield* tenantWithConversation
       const entity = yield* ConversationEntity.client
       const error = yield* Effect.flip(
-        entity(conversationId).Append({ tenantId: tenant.id, draft: draft("late"), deadline: Date.now() - 1 })
+        entity(conversationId).Append({ tenantId: tenant.id, draft: messageDraft("late"), deadline: Date.now() - 1 })
       )
       expect(error._tag).toBe("Unavailable")
       expect(yield* stored(conversationId)).toEqual([])
@@ -42,7 +28,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
     Effect.gen(function*() {
       const { conversationId, tenant } = yield* tenantWithConversation
       const entity = yield* ConversationEntity.client
-      const message = draft("once")
+      const message = messageDraft("once")
       const first = yield* entity(conversationId).Append({ tenantId: tenant.id, draft: message, deadline: Date.now() + 5000 })
       // Forget the entity's memory of the head, as a new owner after a crash would have none.
       yield* query("UPDATE conversations SET head_seq = head_seq WHERE id = $1", [conversationId])
@@ -73,7 +59,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
       const { conversationId } = yield* tenantWithConversation
       const entity = yield* ConversationEntity.client
       const error = yield* Effect.flip(
-        entity(conversationId).Append({ tenantId: crypto.randomUUID(), draft: draft("x"), deadline: Date.now() + 5000 })
+        entity(conversationId).Append({ tenantId: crypto.randomUUID(), draft: messageDraft("x"), deadline: Date.now() + 5000 })
       )
       expect(error._tag).toBe("NotFound")
       expect(yield* stored(conversationId)).toEqual([])

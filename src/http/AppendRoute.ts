@@ -109,7 +109,7 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
       requestId: string,
       result: Answer,
       started: number,
-      draining: boolean
+      closeConnection: boolean
     ) => {
       const text = JSON.stringify(result.body)
       const headers: Record<string, string | number> = {
@@ -120,8 +120,8 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
       if (result.status === 429 || result.status === 503) {
         headers["retry-after"] = retryAfterSeconds((result.body as ErrorEnvelope).error.details?.["retry_after_ms"])
       }
-      // While draining, no connection is kept for another request (as on every other route).
-      if (draining) headers["connection"] = "close"
+      // While draining (or when the body was left unread) no connection is kept for another request.
+      if (closeConnection) headers["connection"] = "close"
       if (!response.destroyed) {
         response.writeHead(result.status, headers)
         response.end(text)
@@ -155,15 +155,9 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
       request.abandoned = true
       request.pause()
       const requestId = requestIdFrom(header(request, "x-request-id"))
-      const text = JSON.stringify(failed(413, "payload_too_large", REQUEST_BODY_TOO_LARGE, { max_bytes: MAX_JSON_BODY_BYTES }, requestId).body)
-      response.writeHead(413, {
-        "content-type": "application/json",
-        "content-length": Buffer.byteLength(text),
-        "x-request-id": requestId,
-        connection: "close"
-      })
-      response.end(text)
-      metrics.observeRequest(TEMPLATE, "POST", 413, 0)
+      const answer = failed(413, "payload_too_large", REQUEST_BODY_TOO_LARGE, { max_bytes: MAX_JSON_BODY_BYTES }, requestId)
+      // The rest of the body is never read, so the connection cannot carry another request.
+      respond(response, requestId, answer, performance.now(), true)
     }
 
     const claim: RequestClaim = (request, response) => {

@@ -9,6 +9,7 @@ import { MessageStorage, RunnerHealth, Runners, RunnerStorage, Sharding, Shardin
 import { Context, Duration, Effect, Layer, Stream } from "effect"
 import { ConversationEntity } from "../../cluster/ConversationEntity.js"
 import type { Activity, ActivityDraft } from "../../src/domain/Activity.js"
+import { messageDraft } from "../support/Fixtures.js"
 
 const CALLS = Number(process.env["CALLS"] ?? "20000")
 const CONCURRENCY = 64
@@ -16,19 +17,6 @@ const ENTITIES = 1000
 const TENANT = "00000000-0000-4000-8000-000000000001"
 const ids = Array.from({ length: ENTITIES }, () => crypto.randomUUID())
 
-const draftOf = (): ActivityDraft => ({
-  id: crypto.randomUUID(),
-  type: "message",
-  sender: "user",
-  text: "hello from the benchmark",
-  attachments: [],
-  metadata: {},
-  idempotency_key: null,
-  reply_to_id: null,
-  message_type: null,
-  payload: null,
-  source_channel_id: null
-})
 
 const activityOf = (draft: ActivityDraft, conversationId: string): Activity => ({
   ...draft,
@@ -79,7 +67,7 @@ const measure = <E>(label: string, call: (i: number) => Effect.Effect<unknown, E
   })
 
 const handlerOnly = measure("plain Effect (handler called directly)", (i) =>
-  Effect.succeed(activityOf(draftOf(), ids[i % ENTITIES]!)).pipe(
+  Effect.succeed(activityOf(messageDraft("hello from the benchmark"), ids[i % ENTITIES]!)).pipe(
     Effect.timeoutFail({ duration: 8000, onTimeout: () => "timeout" as const })
   ))
 
@@ -87,7 +75,7 @@ const throughCluster = (simulate: boolean) =>
   Effect.gen(function*() {
     const client = yield* ConversationEntity.client
     yield* measure(`cluster call, simulateRemoteSerialization: ${simulate}`, (i) =>
-      client(ids[i % ENTITIES]!).Append({ tenantId: TENANT, draft: draftOf(), deadline: Date.now() + 5000 }).pipe(
+      client(ids[i % ENTITIES]!).Append({ tenantId: TENANT, draft: messageDraft("hello from the benchmark"), deadline: Date.now() + 5000 }).pipe(
         Effect.timeoutFail({ duration: 8000, onTimeout: () => "timeout" as const })
       ))
   }).pipe(Effect.provide(EntityLive.pipe(Layer.provideMerge(runnerLayer(simulate)))))

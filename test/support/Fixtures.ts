@@ -1,5 +1,6 @@
 import { Effect } from "effect"
 import { generateCredential, hashCredential } from "../../src/auth/Credential.js"
+import type { ActivityDraft } from "../../src/domain/Activity.js"
 import { query } from "./TestDatabase.js"
 import { createTenant, request } from "./TestNode.js"
 
@@ -47,3 +48,18 @@ export const tenantApi = (
   body?: unknown,
   headers: Record<string, string> = {}
 ) => request(method, `/api/v1${path}`, { ...(body === undefined ? {} : { body }), headers: { "x-api-key": key, ...headers } })
+
+/** A user's plain message as the conversation entity receives it (every field already checked). */
+export const messageDraft = (text: string, idempotencyKey: string | null = null): ActivityDraft => ({
+  id: crypto.randomUUID(),
+  type: "message",
+  sender: "user",
+  text,
+  attachments: [],
+  metadata: {},
+  idempotency_key: idempotencyKey,
+  reply_to_id: null,
+  message_type: null,
+  payload: null,
+  source_channel_id: null
+})
