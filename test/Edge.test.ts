@@ -1,4 +1,4 @@
-import { HttpLayerRouter } from "@effect/platform"
+import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
 import { NodeHttpServer } from "@effect/platform-node"
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Effect, Layer, Logger } from "effect"

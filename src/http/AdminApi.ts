@@ -1,4 +1,6 @@
-import { HttpApiEndpoint, HttpApiGroup, HttpApiSchema } from "@effect/platform"
+import * as HttpApiEndpoint from "@effect/platform/HttpApiEndpoint"
+import * as HttpApiGroup from "@effect/platform/HttpApiGroup"
+import * as HttpApiSchema from "@effect/platform/HttpApiSchema"
 import { Schema } from "effect"
 import { InsufficientScope, NotFound, PreconditionFailed, Unavailable, ValidationFailed } from "../domain/ApiError.js"
 import { ApiKey, ApiKeyInput } from "../domain/ApiKey.js"

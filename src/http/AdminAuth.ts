@@ -1,4 +1,6 @@
-import { HttpApiMiddleware, HttpApiSecurity, HttpServerRequest } from "@effect/platform"
+import * as HttpApiMiddleware from "@effect/platform/HttpApiMiddleware"
+import * as HttpApiSecurity from "@effect/platform/HttpApiSecurity"
+import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import { Effect, Layer, Option, Redacted, Schema } from "effect"
 import { CurrentActor } from "../auth/Actor.js"
 import { constantTimeEquals } from "../auth/Credential.js"

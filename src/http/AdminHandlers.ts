@@ -1,4 +1,4 @@
-import { HttpApiBuilder } from "@effect/platform"
+import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Effect, Option } from "effect"
 import { CurrentActor } from "../auth/Actor.js"
 import { allScopes } from "../domain/ApiKey.js"

@@ -1,4 +1,4 @@
-import { HttpApiBuilder } from "@effect/platform"
+import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Effect } from "effect"
 import { ApiKeys } from "../tenants/ApiKeys.js"
 import { CurrentCredential } from "./TenantAuth.js"

@@ -1,4 +1,4 @@
-import { HttpApiBuilder } from "@effect/platform"
+import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Effect, Option } from "effect"
 import { Channels, type IssuedChannelSecret } from "../channels/Channels.js"
 import type { ChannelInput } from "../domain/Channel.js"

@@ -1,4 +1,7 @@
-import { HttpLayerRouter, HttpServerError, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
+import * as HttpServerError from "@effect/platform/HttpServerError"
+import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Cause, Chunk, Effect, Option } from "effect"
 import { Lifecycle } from "../ops/Lifecycle.js"
 import { logsAtDebug } from "../ops/LogLevels.js"

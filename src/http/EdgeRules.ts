@@ -1,4 +1,4 @@
-import { HttpApiSchema } from "@effect/platform"
+import * as HttpApiSchema from "@effect/platform/HttpApiSchema"
 import type { Schema } from "effect"
 import type { WireError } from "../domain/ApiError.js"
 

@@ -1,4 +1,5 @@
-import { HttpApiSchema, HttpServerResponse } from "@effect/platform"
+import * as HttpApiSchema from "@effect/platform/HttpApiSchema"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Effect, ParseResult, Schema } from "effect"
 import type { WireError } from "../domain/ApiError.js"
 import { RequestId } from "./RequestId.js"

@@ -1,4 +1,4 @@
-import { HttpLayerRouter } from "@effect/platform"
+import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
 import { NodeHttpServer } from "@effect/platform-node"
 import { Duration, Effect, Layer } from "effect"
 import { Channels } from "../channels/Channels.js"

@@ -1,4 +1,4 @@
-import { HttpApiBuilder } from "@effect/platform"
+import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Effect } from "effect"
 import { PublishableKeys } from "../channels/PublishableKeys.js"
 import type { PublishableKey } from "../domain/PublishableKey.js"

@@ -1,5 +1,6 @@
-import { HttpApi, HttpLayerRouter } from "@effect/platform"
-import type { HttpApiGroup } from "@effect/platform"
+import * as HttpApi from "@effect/platform/HttpApi"
+import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
+import type * as HttpApiGroup from "@effect/platform/HttpApiGroup"
 import { Context, Layer } from "effect"
 
 const METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"] as const

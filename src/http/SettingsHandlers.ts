@@ -1,4 +1,4 @@
-import { HttpApiBuilder } from "@effect/platform"
+import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Effect, Option } from "effect"
 import type { SettingsInput } from "../domain/Tenant.js"
 import { Tenants } from "../tenants/Tenants.js"
