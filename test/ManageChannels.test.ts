@@ -407,6 +407,13 @@ layer(TestNodeLive(), { excludeTestServices: true })("management API: channels",
         expect(yield* invalidCreate(tenant, meta({ app_secret: "s", api_base_url: "ftp://graph.example.com" }))).toHaveProperty(
           ["config.api_base_url"]
         )
+        // The provider's API is called there: a non-public address is refused like a webhook target.
+        for (const api_base_url of ["http://10.0.0.7/", "https://169.254.169.254/latest", "http://[::ffff:192.168.1.1]/"]) {
+          expect(yield* invalidCreate(tenant, meta({ app_secret: "s", api_base_url }))).toEqual({
+            config: [expect.any(String)],
+            "config.api_base_url": [expect.stringContaining("non-public")]
+          })
+        }
         const unsigned = yield* createChannel(tenant.api_key, meta({ verify_token: "vt" }, { require_signature: false }))
         expect(unsigned.require_signature).toBe(false)
         const refused = yield* manage(tenant.api_key, "PATCH", `/channels/${unsigned.id}`, { channel: { require_signature: true } })

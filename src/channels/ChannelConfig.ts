@@ -111,14 +111,14 @@ const metaMessaging = (config: JsonObject, requireSignature: boolean, report: Re
     if (config[key] !== undefined && typeof config[key] !== "string") report(key, "must be a string")
   }
   const base = config["api_base_url"]
-  if (base !== undefined && (typeof base !== "string" || !isHttpUrl(base))) {
-    report("api_base_url", "must be an http or https URL")
-  }
+  const baseIsUrl = typeof base === "string" && isHttpUrl(base)
+  if (base !== undefined && !baseIsUrl) report("api_base_url", "must be an http or https URL")
   // Its inbound requests are signed with app_secret: without it every signed request would fail.
   if (requireSignature && (config["app_secret"] === undefined || config["app_secret"] === "")) {
     report("app_secret", "is required when require_signature is true")
   }
-  return free(config)
+  // The provider's API is called at this address, so it passes the address guard like a webhook's.
+  return { config, guarded: baseIsUrl ? [{ path: "api_base_url", url: base }] : [] }
 }
 
 const NATS_SUBJECT = /^[^\s.*>]+(\.[^\s.*>]+)*$/
