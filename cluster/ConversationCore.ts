@@ -19,6 +19,7 @@ type Command =
     readonly status: "active" | "closed"
     readonly reason: "manual" | "expired"
     readonly idleSince: string | null
+    readonly deadline: number
     readonly done: StatusDone
   }
 
@@ -71,6 +72,7 @@ export interface StatusRequest {
   readonly status: "active" | "closed"
   readonly reason: "manual" | "expired"
   readonly idleSince: string | null
+  readonly deadline: number
 }
 
 /**
@@ -137,6 +139,8 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
         let status = current.status
         let statusChange: "active" | "closed" | null = null
         const now = Date.now()
+        // The group is written only while every command in it may still be.
+        let deadline = Infinity
 
         for (const command of commands) {
           if (command.tenantId !== current.tenant_id) {
@@ -157,17 +161,21 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
               drafts.push(draft)
               if (key !== null) newKeys.set(key, draft.id)
               waiting.push([command, draft.id])
+              deadline = Math.min(deadline, command.deadline)
             }
           } else if (
             command.status === status ||
             (command.idleSince !== null && Date.parse(current.updated_at) > Date.parse(command.idleSince))
           ) {
             command.done(Exit.succeed({ changed: false }))
+          } else if (command.deadline < now) {
+            command.done(Exit.fail(databaseUnavailable()))
           } else {
             drafts.push(statusEvent(command.status, command.reason))
             status = command.status
             statusChange = status
             waiting.push([command, null])
+            deadline = Math.min(deadline, command.deadline)
           }
         }
         if (drafts.length === 0) return
@@ -178,7 +186,8 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
           oldHead: current.head_seq,
           activities: drafts,
           deliveries: planDeliveries(current, drafts),
-          status: statusChange
+          status: statusChange,
+          deadline
         }))
         if (Either.isLeft(written)) {
           state = undefined

@@ -22,7 +22,9 @@ export const SetStatus = Rpc.make("SetStatus", {
     tenantId: Schema.UUID,
     status: Schema.Literal("active", "closed"),
     reason: Schema.Literal("manual", "expired"),
-    idleSince: Schema.NullOr(Schema.String)
+    idleSince: Schema.NullOr(Schema.String),
+    // As for `Append`: past it the entity no longer writes the change.
+    deadline: Schema.Number
   },
   success: Schema.Struct({ changed: Schema.Boolean }),
   error: Schema.Union(NotFound, Unavailable)

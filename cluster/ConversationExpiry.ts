@@ -2,6 +2,7 @@ import { Singleton } from "@effect/cluster"
 import { SqlClient } from "@effect/sql"
 import { Duration, Effect, Layer, Schedule } from "effect"
 import { AppConfig } from "../src/config/AppConfig.js"
+import { WRITE_DEADLINE_MS } from "../src/conversations/WriteTimings.js"
 import { ConversationEntity } from "./ConversationEntity.js"
 
 const PAGE = 500
@@ -37,7 +38,8 @@ export const ConversationExpiryLive = Layer.unwrapEffect(
                 tenantId: tenant_id,
                 status: "closed",
                 reason: "expired",
-                idleSince: cutoff
+                idleSince: cutoff,
+                deadline: Date.now() + WRITE_DEADLINE_MS
               }).pipe(Effect.timeout(CALL_TIMEOUT), Effect.either)
               if (result._tag === "Right" && result.right.changed) closedNow++
             }

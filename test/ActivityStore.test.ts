@@ -1,10 +1,26 @@
+import { SqlClient } from "@effect/sql"
 import { expect, layer } from "@effect/vitest"
 import { Effect, Either } from "effect"
-import { ActivityStore } from "../src/conversations/ActivityStore.js"
+import { ActivityStore, type WriteGroup } from "../src/conversations/ActivityStore.js"
 import { insertChannel, insertConversation, messageDraft } from "./support/Fixtures.js"
-import { query } from "./support/TestDatabase.js"
+import { query, serverUrl } from "./support/TestDatabase.js"
 import { createTenant, TestNodeLive } from "./support/TestNode.js"
 
+const group = (tenantId: string, conversationId: string, oldHead: number, text: string, deadline = Date.now() + 5_000): WriteGroup => ({
+  conversationId,
+  tenantId,
+  oldHead,
+  activities: [messageDraft(text)],
+  deliveries: [],
+  status: null,
+  deadline
+})
+
+const headOf = (conversationId: string) =>
+  Effect.map(
+    query<{ head_seq: string }>("SELECT head_seq FROM conversations WHERE id = $1", [conversationId]),
+    (rows) => Number(rows[0]!.head_seq)
+  )
 
 const storedTexts = (conversationId: string) =>
   Effect.map(
@@ -19,18 +35,10 @@ layer(TestNodeLive(), { excludeTestServices: true })("activity store", (it) => {
       const channel = yield* insertChannel(tenant.id)
       const [fresh, moved] = yield* Effect.all([insertConversation(tenant.id, channel.id), insertConversation(tenant.id, channel.id)])
       const store = yield* ActivityStore
-      const group = (conversationId: string, oldHead: number, text: string) => ({
-        conversationId,
-        tenantId: tenant.id,
-        oldHead,
-        activities: [messageDraft(text)],
-        deliveries: [],
-        status: null
-      })
       // `moved` is at head 0, so a writer that believes it is at 3 must lose.
       const [ok, lost] = yield* Effect.all([
-        Effect.either(store.write(group(fresh, 0, "kept"))),
-        Effect.either(store.write(group(moved, 3, "refused")))
+        Effect.either(store.write(group(tenant.id, fresh, 0, "kept"))),
+        Effect.either(store.write(group(tenant.id, moved, 3, "refused")))
       ], { concurrency: "unbounded" })
       expect(Either.isRight(ok) && ok.right.map((a) => [a.seq, a.text])).toEqual([[1, "kept"]])
       expect(Either.isLeft(lost) && lost.left._tag).toBe("SeqTaken")
@@ -42,4 +50,43 @@ layer(TestNodeLive(), { excludeTestServices: true })("activity store", (it) => {
       )
       expect(Object.fromEntries(heads.map((h) => [h.id, Number(h.head_seq)]))).toEqual({ [fresh]: 1, [moved]: 0 })
     }))
+
+  it.effect("a group whose deadline passed before its statement is not written (TooLate)", () =>
+    Effect.gen(function*() {
+      const tenant = yield* createTenant()
+      const channel = yield* insertChannel(tenant.id)
+      const conversationId = yield* insertConversation(tenant.id, channel.id)
+      const store = yield* ActivityStore
+      const late = yield* Effect.either(store.write(group(tenant.id, conversationId, 0, "late", Date.now() - 1)))
+      expect(Either.isLeft(late) && late.left._tag).toBe("TooLate")
+      expect(yield* storedTexts(conversationId)).toEqual([])
+      expect(yield* headOf(conversationId)).toBe(0)
+    }))
+
+  // The embedded database runs one session, so its writes are not bounded (and cannot be blocked so).
+  it.effect.runIf(serverUrl !== undefined)(
+    "a batch statement that cannot finish in time is cancelled by PostgreSQL and stores nothing",
+    () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const channel = yield* insertChannel(tenant.id)
+        const conversationId = yield* insertConversation(tenant.id, channel.id)
+        const store = yield* ActivityStore
+        const sql = yield* SqlClient.SqlClient
+        // Another session holds the conversation row until the write has answered: unbounded, the
+        // write would wait for it forever.
+        const blocked = yield* sql.withTransaction(Effect.gen(function*() {
+          yield* sql`SELECT id FROM conversations WHERE id = ${conversationId} FOR UPDATE`
+          return yield* Effect.either(store.write(group(tenant.id, conversationId, 0, "blocked")))
+        }))
+        expect(Either.isLeft(blocked) && blocked.left._tag).toBe("WriteFailed")
+        const cause = Either.isLeft(blocked) && blocked.left._tag === "WriteFailed" ? blocked.left.cause.cause : undefined
+        expect(cause).toHaveProperty("code", "57014")
+        expect(yield* storedTexts(conversationId)).toEqual([])
+        expect(yield* headOf(conversationId)).toBe(0)
+        // The writer goes on: the next group commits.
+        const next = yield* store.write(group(tenant.id, conversationId, 0, "after"))
+        expect(next.map((a) => a.seq)).toEqual([1])
+      })
+  )
 })

@@ -1,3 +1,4 @@
+import { SqlClient } from "@effect/sql"
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { MAX_JSON_BODY_BYTES } from "../src/http/EdgeRules.js"
@@ -5,7 +6,7 @@ import { Lifecycle } from "../src/ops/Lifecycle.js"
 import { envelope } from "./support/Envelope.js"
 import { tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { rawRequest } from "./support/RawHttp.js"
-import { query } from "./support/TestDatabase.js"
+import { query, serverUrl } from "./support/TestDatabase.js"
 import { request, TestNode, TestNodeLive } from "./support/TestNode.js"
 
 /**
@@ -108,6 +109,31 @@ layer(TestNodeLive(), { excludeTestServices: true })("lean append route", (it) =
       )
       expect(metrics).not.toContain(conversationId)
     }))
+
+  // The embedded database runs one session: its writes cannot be held up by another one.
+  it.effect.runIf(serverUrl !== undefined)(
+    "an append whose write cannot finish in time is 503 unavailable and stored nowhere; its retry is stored once",
+    () =>
+      Effect.gen(function*() {
+        const { conversationId, key } = yield* tenantWithConversation
+        const sql = yield* SqlClient.SqlClient
+        const post = tenantApi(key, "POST", `/conversations/${conversationId}/activities`, { text: "held" }, {
+          "x-idempotency-key": "held-1"
+        })
+        // Another session holds the conversation row until the answer has come.
+        const held = yield* sql.withTransaction(
+          Effect.zipRight(sql`SELECT id FROM conversations WHERE id = ${conversationId} FOR UPDATE`, post)
+        )
+        expect(held.status).toBe(503)
+        expect(held.body.error).toMatchObject({ code: "unavailable", details: { reason: "database_unavailable" } })
+        expect(Number(held.headers.get("retry-after"))).toBeGreaterThanOrEqual(1)
+        expect(yield* storedCount(conversationId)).toBe(0)
+        const retried = yield* post
+        expect(retried.status).toBe(201)
+        expect(retried.body.data).toMatchObject({ seq: 1, text: "held", idempotency_key: "held-1" })
+        expect(yield* storedCount(conversationId)).toBe(1)
+      })
+  )
 })
 
 layer(TestNodeLive(), { excludeTestServices: true })("lean append route while draining", (it) => {

@@ -3,18 +3,23 @@ import type { SqlError } from "@effect/sql/SqlError"
 import { Data, Effect, Either, Exit, Schema } from "effect"
 import { Counter } from "prom-client"
 import { awaitReply, type Reply, WorkQueue } from "../concurrency/WorkQueue.js"
+import { boundedClient } from "../db/Database.js"
 import { prepared } from "../db/PreparedStatements.js"
 import { isUniqueViolation } from "../db/SqlErrors.js"
 import type { Activity, ActivityDraft } from "../domain/Activity.js"
 import { redactSensitive } from "../domain/Redaction.js"
 import { Metrics } from "../ops/Metrics.js"
 import { ACTIVITY_COLUMNS, ActivityFromRow } from "./ActivityRows.js"
+import { WRITE_STATEMENT_TIMEOUT_MS } from "./WriteTimings.js"
 
 /** Another writer moved the conversation's head, or stored one of these ids or keys first. */
 export class SeqTaken extends Data.TaggedError("SeqTaken")<{ readonly conversationId: string }> {}
 
 /** The database refused or could not take the write; nothing of the group was stored. */
 export class WriteFailed extends Data.TaggedError("WriteFailed")<{ readonly cause: SqlError }> {}
+
+/** The group's deadline passed before a statement could take it; nothing of it was stored. */
+export class TooLate extends Data.TaggedError("TooLate")<{}> {}
 
 /** A delivery row planned for a new activity; its payload is the stored activity, redacted. */
 export interface PlannedDelivery {
@@ -35,12 +40,16 @@ export interface WriteGroup {
   readonly deliveries: ReadonlyArray<PlannedDelivery>
   /** A status the conversation takes with this group (close and reopen). */
   readonly status: "active" | "closed" | null
+  /** Epoch ms after which no statement may start writing the group (WriteTimings). */
+  readonly deadline: number
 }
 
 interface Pending {
   readonly group: WriteGroup
-  readonly done: Reply<ReadonlyArray<Activity>, SeqTaken | WriteFailed>
+  readonly done: Reply<ReadonlyArray<Activity>, WriteError>
 }
+
+type WriteError = SeqTaken | WriteFailed | TooLate
 
 /** Groups written in one statement at the most; more wait for the next one. */
 const MAX_GROUPS_PER_TRANSACTION = 128
@@ -81,6 +90,8 @@ const storedActivity = (draft: ActivityDraft, seq: number, group: WriteGroup, in
 export class ActivityStore extends Effect.Service<ActivityStore>()("parley/ActivityStore", {
   scoped: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
+    // Batches go through their own connections, each statement bounded: see WriteTimings.
+    const writer = yield* boundedClient(WRITERS, WRITE_STATEMENT_TIMEOUT_MS)
     const metrics = yield* Metrics
     const stored = new Counter({
       name: "parley_activities_stored_total",
@@ -123,7 +134,7 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
         )
         const edits = rows.filter((r) => r.type === "messageUpdate").map((r) => r.reply_to_id)
         const deletes = rows.filter((r) => r.type === "messageDelete").map((r) => r.reply_to_id)
-        const moved = yield* sql<{ id: string; at: string }>`${sql.literal(prepared("append_batch"))}
+        const moved = yield* writer<{ id: string; at: string }>`${writer.literal(prepared("append_batch"))}
           WITH moved AS (
             UPDATE conversations c
             SET head_seq = v.new_head, updated_at = now(),
@@ -180,20 +191,31 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
         pending.done(Either.isRight(result) ? Exit.succeed(result.right) : Exit.fail(result.left))
       })
 
-    const failBatch = (batch: ReadonlyArray<Pending>, error: SeqTaken | WriteFailed) =>
+    const failBatch = (batch: ReadonlyArray<Pending>, error: WriteError) =>
       Effect.sync(() => {
         for (const { done } of batch) done(Exit.fail(error))
       })
 
+    /** Answers `TooLate` to the groups past their deadline; the others may be written now. */
+    const inTime = (batch: ReadonlyArray<Pending>) => {
+      const now = Date.now()
+      const late = batch.filter((pending) => pending.group.deadline < now)
+      if (late.length === 0) return batch
+      for (const { done } of late) done(Exit.fail(new TooLate()))
+      return batch.filter((pending) => pending.group.deadline >= now)
+    }
+
     /** One statement for the batch; if it fails, each group alone, so one conflict fails one group. */
-    const writeBatch = (batch: ReadonlyArray<Pending>) =>
+    const writeBatch = (waiting: ReadonlyArray<Pending>) =>
       Effect.gen(function*() {
+        const batch = inTime(waiting)
+        if (batch.length === 0) return
         const together = yield* Effect.either(writeGroups(batch.map((p) => p.group)))
         if (Either.isRight(together)) {
           return yield* Effect.forEach(batch, (pending, i) => settle(pending, together.right[i]!), { discard: true })
         }
         if (batch.length === 1 || together.left._tag === "WriteFailed") return yield* failBatch(batch, together.left)
-        yield* Effect.forEach(batch, (pending) =>
+        yield* Effect.forEach(inTime(batch), (pending) =>
           writeGroups([pending.group]).pipe(
             Effect.matchEffect({
               onFailure: (error) => failBatch([pending], error),
@@ -221,7 +243,7 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
 
     /** Writes one group, sharing a statement with whatever else is waiting. */
     const write = (group: WriteGroup) =>
-      awaitReply<ReadonlyArray<Activity>, SeqTaken | WriteFailed>((done) => queue.offer({ group, done }))
+      awaitReply<ReadonlyArray<Activity>, WriteError>((done) => queue.offer({ group, done }))
 
     const findActivities = SqlSchema.findAll({
       Request: Schema.Struct({

@@ -15,11 +15,8 @@ import { decodeWatermark } from "../domain/Watermark.js"
 import { type ActivityInput, checkActivity } from "./ActivityRules.js"
 import { ActivityStore } from "./ActivityStore.js"
 import { ConversationRepo, type ListFilter } from "./ConversationRepo.js"
+import { ANSWER_TIMEOUT_MS, WRITE_DEADLINE_MS } from "./WriteTimings.js"
 
-/** How long the entity may still write an append after it was sent. */
-const WRITE_DEADLINE_MS = 5_000
-/** How long a caller waits for the entity; longer than the write deadline, so 503 means not stored. */
-const CALL_TIMEOUT_MS = 8_000
 
 const clusterUnavailable = () =>
   new Unavailable({
@@ -32,7 +29,7 @@ const clusterUnavailable = () =>
 const clusterCall = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
   effect.pipe(
     // Cluster calls retry forever while a shard moves: every call gets a deadline.
-    Effect.timeoutFail({ duration: CALL_TIMEOUT_MS, onTimeout: clusterUnavailable }),
+    Effect.timeoutFail({ duration: ANSWER_TIMEOUT_MS, onTimeout: clusterUnavailable }),
     Effect.catchIf(
       (e): e is Extract<E, { readonly _tag: "MailboxFull" | "AlreadyProcessingMessage" | "PersistenceError" }> =>
         typeof e === "object" && e !== null && "_tag" in e &&
@@ -68,7 +65,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
       const viaCluster = clusterCall(entity(conversationId).Append(request))
       return cores.isOwned(conversationId)
         ? cores.get(conversationId).pipe(
-          Effect.flatMap((core) => core.append(request, { ms: CALL_TIMEOUT_MS, onTimeout: clusterUnavailable })),
+          Effect.flatMap((core) => core.append(request, { ms: ANSWER_TIMEOUT_MS, onTimeout: clusterUnavailable })),
           Effect.catchTag("Moved", () => viaCluster)
         )
         : viaCluster
@@ -142,7 +139,13 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
     const setStatus = (scope: ConversationScope, id: string, status: "active" | "closed") =>
       Effect.gen(function*() {
         yield* get(scope, id, { channels: false })
-        yield* clusterCall(entity(id.toLowerCase()).SetStatus({ tenantId: scope.tenantId, status, reason: "manual", idleSince: null }))
+        yield* clusterCall(entity(id.toLowerCase()).SetStatus({
+          tenantId: scope.tenantId,
+          status,
+          reason: "manual",
+          idleSince: null,
+          deadline: Date.now() + WRITE_DEADLINE_MS
+        }))
         const after = yield* get(scope, id, { channels: false })
         return { ...after, participant: null }
       })

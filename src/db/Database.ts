@@ -1,3 +1,4 @@
+import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
 import { SqlError } from "@effect/sql/SqlError"
 import { Context, Effect, Layer, Option, Redacted, Runtime } from "effect"
@@ -90,18 +91,20 @@ const embeddedServer = (dataDir: string) =>
     return port
   })
 
+/** Connection settings for `DATABASE_URL`, with the node named in pg_stat_activity. */
+const serverOptions = (config: AppConfig, databaseUrl: Redacted.Redacted): Pg.PoolConfig => ({
+  connectionString: Redacted.value(databaseUrl),
+  // Names the node in pg_stat_activity (and so the holder of each shard's advisory lock).
+  application_name: `parley ${config.clusterRunnerHost}:${config.clusterRunnerPort}`
+})
+
 /** The node's pool: `DATABASE_URL`, or the embedded database under `DATA_DIR`. */
 const PoolLive = Layer.scoped(
   DatabasePool,
   Effect.gen(function*() {
     const config = yield* AppConfig
     if (Option.isSome(config.databaseUrl)) {
-      const pool = yield* acquirePool({
-        connectionString: Redacted.value(config.databaseUrl.value),
-        max: POOL_SIZE,
-        // Names the node in pg_stat_activity (and so the holder of each shard's advisory lock).
-        application_name: `parley ${config.clusterRunnerHost}:${config.clusterRunnerPort}`
-      })
+      const pool = yield* acquirePool({ ...serverOptions(config, config.databaseUrl.value), max: POOL_SIZE })
       return { pool, embedded: false }
     }
     const port = yield* embeddedServer(config.dataDir)
@@ -116,10 +119,26 @@ const PoolLive = Layer.scoped(
   })
 )
 
-const ClientLive = Layer.unwrapEffect(
-  Effect.map(DatabasePool, ({ pool }) =>
-    PgClient.layerFromPool({ acquire: Effect.succeed(pool), types }))
-)
+const clientLayer = (pool: Pg.Pool) => PgClient.layerFromPool({ acquire: Effect.succeed(pool), types })
+
+const ClientLive = Layer.unwrapEffect(Effect.map(DatabasePool, ({ pool }) => clientLayer(pool)))
+
+/**
+ * A client of its own `connections` whose statements PostgreSQL cancels after `statementTimeoutMs`:
+ * a write through it commits within that time or not at all. On the embedded database (one
+ * session for everything) it is the node's client, unbounded.
+ */
+export const boundedClient = (connections: number, statementTimeoutMs: number) =>
+  Effect.gen(function*() {
+    const config = yield* AppConfig
+    if (Option.isNone(config.databaseUrl)) return yield* SqlClient.SqlClient
+    const pool = yield* acquirePool({
+      ...serverOptions(config, config.databaseUrl.value),
+      max: connections,
+      statement_timeout: statementTimeoutMs
+    })
+    return Context.get(yield* Layer.build(clientLayer(pool)), SqlClient.SqlClient)
+  })
 
 /** `SqlClient`, `PgClient` and `DatabasePool` for the configured database. */
 export const DatabaseLive = ClientLive.pipe(Layer.provideMerge(PoolLive))
