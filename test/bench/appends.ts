@@ -742,7 +742,7 @@ const main = async () => {
       const port = await freePort()
       const runnerPort = await freePort()
       console.log("starting Parley ...")
-      const node = startChild("parley", "dist/src/main.js", port, {
+      const node = startChild("parley", process.env["BENCH_SERVER_ENTRY"] ?? "dist/src/main.js", port, {
         PORT: String(port),
         HOST: "127.0.0.1",
         CLUSTER_RUNNER_PORT: String(runnerPort),
