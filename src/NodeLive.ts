@@ -5,6 +5,7 @@ import { ConversationEntityLive } from "../cluster/ConversationEntityLive.js"
 import { ConversationExpiryLive } from "../cluster/ConversationExpiry.js"
 import { AppConfig } from "./config/AppConfig.js"
 import { ActivityStore } from "./conversations/ActivityStore.js"
+import { ConversationPurge, ConversationPurgeLive } from "./conversations/ConversationPurge.js"
 import { ConversationStateRepo } from "./conversations/ConversationState.js"
 import { RateLimiter } from "./ratelimit/RateLimiter.js"
 import { ConversationHub } from "./realtime/ConversationHub.js"
@@ -38,10 +39,12 @@ const NodeServices = Layer.mergeAll(Metrics.Default, Lifecycle.Default, JobRunne
  * order: routes, then entities, then the writer, then sharding, then the pool.
  */
 export const NodeLive = HttpLive.pipe(
-  Layer.provide(Layer.mergeAll(ConversationEntityLive, ConversationExpiryLive, HousekeepingLive, NodeMetricsLive)),
+  Layer.provide(
+    Layer.mergeAll(ConversationEntityLive, ConversationExpiryLive, ConversationPurgeLive, HousekeepingLive, NodeMetricsLive)
+  ),
   // Merged into the output, so in-process test nodes can reach the hub and the limiter.
   Layer.provideMerge(Layer.mergeAll(ConversationHub.Default, RateLimiter.Default, ConversationCores.Default)),
-  Layer.provideMerge(Layer.mergeAll(ActivityStore.Default, ConversationStateRepo.Default)),
+  Layer.provideMerge(Layer.mergeAll(ActivityStore.Default, ConversationStateRepo.Default, ConversationPurge.Default)),
   Layer.provideMerge(ClusterLive),
   // Merged into the output, so in-process test nodes can start a drain.
   Layer.provideMerge(NodeServices),

@@ -171,7 +171,10 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
         orUnavailable
       )
 
-    /** Deletes the channel; its conversations, keys and deliveries go with it (foreign keys cascade). */
+    /**
+     * Deletes the channel with its conversations and keys (foreign keys cascade); the conversations'
+     * activities and deliveries are purged in the background (ConversationPurge).
+     */
     const remove = (tenantId: string, id: string, ifMatch: Option.Option<string>, actor: Actor) =>
       Effect.gen(function*() {
         const current = yield* load(tenantId, id, true)

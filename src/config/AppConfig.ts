@@ -97,6 +97,7 @@ export class AppConfig extends Effect.Service<AppConfig>()("parley/AppConfig", {
     apiKeyRotationGraceSeconds: nonNegativeInt("API_KEY_ROTATION_GRACE_SECONDS", 86400),
     conversationIdleCloseSeconds: positiveInt("CONVERSATION_IDLE_CLOSE_SECONDS", 86400),
     conversationExpiryCheckSeconds: positiveInt("CONVERSATION_EXPIRY_CHECK_SECONDS", 3600),
+    purgeIntervalSeconds: positiveInt("PURGE_INTERVAL_SECONDS", 10),
     sseHeartbeatMs: positiveInt("SSE_HEARTBEAT_MS", 30000),
     socketIdleTimeoutMs: positiveInt("SOCKET_IDLE_TIMEOUT_MS", 60000),
     rateLimits,

@@ -121,7 +121,7 @@ export class Tenants extends Effect.Service<Tenants>()("parley/Tenants", {
         return yield* applyPatch(id, patch, ifMatch, actor, "settings.updated")
       })
 
-    /** Removes the tenant and everything it owns (foreign keys cascade). */
+    /** Removes the tenant and what it owns (foreign keys cascade); activities are purged later (ConversationPurge). */
     const remove = (id: string, ifMatch: Option.Option<string>, actor: Actor) =>
       Effect.gen(function*() {
         const current = yield* load(id, true)

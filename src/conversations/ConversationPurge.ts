@@ -1,0 +1,66 @@
+import { SqlClient } from "@effect/sql"
+import { Duration, Effect, Layer } from "effect"
+import { AppConfig } from "../config/AppConfig.js"
+import { JobRunner } from "../ops/JobRunner.js"
+
+/** Activities (and their deliveries) deleted per statement: short transactions, bounded WAL. */
+const CHUNK = 1000
+/** Chunks per run, so one run of a large backlog does not hold the job for long. */
+const CHUNKS_PER_RUN = 200
+
+/**
+ * Purges what deleted conversations left behind (migration 0004, ADR 0008): their activities and
+ * deliveries, in chunks. Each chunk is one statement that takes a queued conversation no other node
+ * is purging (`SKIP LOCKED`), deletes up to `CHUNK` of its oldest activities with their deliveries,
+ * and dequeues the conversation with its last chunk.
+ */
+export class ConversationPurge extends Effect.Service<ConversationPurge>()("parley/ConversationPurge", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+
+    /** One chunk; false when no conversation was waiting (or every waiting one is being purged). */
+    const purgeChunk = Effect.map(
+      sql<{ taken: number }>`
+        WITH target AS (
+          SELECT conversation_id FROM conversation_purges ORDER BY inserted_at LIMIT 1 FOR UPDATE SKIP LOCKED
+        ), chunk AS (
+          SELECT a.conversation_id, a.seq, a.id FROM activities a JOIN target USING (conversation_id)
+          ORDER BY a.seq LIMIT ${CHUNK}
+        ), deliveries_gone AS (
+          DELETE FROM deliveries d USING chunk WHERE d.activity_id = chunk.id
+        ), activities_gone AS (
+          DELETE FROM activities a USING chunk WHERE a.conversation_id = chunk.conversation_id AND a.seq = chunk.seq
+        ), dequeued AS (
+          DELETE FROM conversation_purges p USING target
+          WHERE p.conversation_id = target.conversation_id AND (SELECT count(*) FROM chunk) < ${CHUNK}
+        )
+        SELECT count(*)::int AS taken FROM target`,
+      (rows) => (rows[0]?.taken ?? 0) > 0
+    )
+
+    /** Purges until nothing is waiting or `maxChunks` statements ran. */
+    const purge = (maxChunks: number) =>
+      Effect.iterate({ chunks: 0, more: true }, {
+        while: ({ chunks, more }) => more && chunks < maxChunks,
+        body: ({ chunks }) => Effect.map(purgeChunk, (more) => ({ chunks: chunks + 1, more }))
+      }).pipe(Effect.asVoid)
+
+    /** Conversations deleted whose rows are not purged yet. */
+    const backlog = Effect.map(
+      sql<{ n: number }>`SELECT count(*)::int AS n FROM conversation_purges`,
+      (rows) => rows[0]?.n ?? 0
+    )
+
+    return { purge, backlog } as const
+  })
+}) {}
+
+/** Runs the purge every `PURGE_INTERVAL_SECONDS` on every node; they share the queue safely. */
+export const ConversationPurgeLive = Layer.scopedDiscard(
+  Effect.gen(function*() {
+    const config = yield* AppConfig
+    const jobs = yield* JobRunner
+    const purge = yield* ConversationPurge
+    yield* jobs.every("purge_deleted_conversations", Duration.seconds(config.purgeIntervalSeconds), purge.purge(CHUNKS_PER_RUN))
+  })
+)

@@ -1,0 +1,104 @@
+import { expect, layer } from "@effect/vitest"
+import { Effect, Schedule } from "effect"
+import { ConversationPurge } from "../src/conversations/ConversationPurge.js"
+import { insertChannel, insertConversation, tenantApi } from "./support/Fixtures.js"
+import { query } from "./support/TestDatabase.js"
+import { admin, createTenant, manage, TestNodeLive } from "./support/TestNode.js"
+
+/**
+ * Deleting a channel or tenant removes its conversations at once; their activities and deliveries
+ * are purged in the background (server-apis.md), by the purge job (src/conversations/ConversationPurge.ts).
+ */
+
+const countOf = (table: "activities" | "deliveries", conversationId: string) =>
+  Effect.map(
+    query<{ n: string }>(`SELECT count(*) AS n FROM ${table} WHERE conversation_id = $1`, [conversationId]),
+    (rows) => Number(rows[0]!.n)
+  )
+
+const queued = Effect.map(
+  query<{ conversation_id: string }>("SELECT conversation_id FROM conversation_purges ORDER BY conversation_id"),
+  (rows) => rows.map((r) => r.conversation_id)
+)
+
+/** `n` messages through the API (each with its delivery to the origin channel). */
+const post = (key: string, conversationId: string, n: number) =>
+  Effect.forEach(Array.from({ length: n }, (_, i) => i), (i) =>
+    Effect.map(tenantApi(key, "POST", `/conversations/${conversationId}/activities`, { text: `m${i}` }), (reply) => {
+      expect(reply.status).toBe(201)
+    }), { discard: true })
+
+// The job runs once at start and then hourly: each test purges when it chooses.
+layer(TestNodeLive({ PURGE_INTERVAL_SECONDS: "3600" }), { excludeTestServices: true })("background purge", (it) => {
+  it.effect("a channel delete removes its conversations at once; their activities and deliveries go with the purge", () =>
+    Effect.gen(function*() {
+      const tenant = yield* createTenant()
+      const doomed = yield* insertChannel(tenant.id)
+      const kept = yield* insertChannel(tenant.id)
+      const [gone, stays] = yield* Effect.all([insertConversation(tenant.id, doomed.id), insertConversation(tenant.id, kept.id)])
+      yield* post(tenant.api_key, gone, 3)
+      yield* post(tenant.api_key, stays, 2)
+      expect(yield* countOf("deliveries", gone)).toBe(3)
+
+      expect((yield* manage(tenant.api_key, "DELETE", `/channels/${doomed.id}`)).status).toBe(204)
+      expect(yield* query("SELECT id FROM conversations WHERE id = $1", [gone])).toEqual([])
+      // Not in the deleting transaction: queued instead.
+      expect(yield* countOf("activities", gone)).toBe(3)
+      expect(yield* queued).toEqual([gone])
+      // The conversation is gone for appends too, whatever its entity still remembers.
+      const late = yield* tenantApi(tenant.api_key, "POST", `/conversations/${gone}/activities`, { text: "late" })
+      expect(late.status).toBe(404)
+      expect(yield* countOf("activities", gone)).toBe(3)
+
+      yield* Effect.flatMap(ConversationPurge, (purge) => purge.purge(10))
+      expect(yield* countOf("activities", gone)).toBe(0)
+      expect(yield* countOf("deliveries", gone)).toBe(0)
+      expect(yield* queued).toEqual([])
+      expect(yield* countOf("activities", stays)).toBe(2)
+      expect(yield* countOf("deliveries", stays)).toBe(2)
+    }))
+
+  it.effect("a tenant delete queues every conversation; large ones are purged a chunk at a time", () =>
+    Effect.gen(function*() {
+      const tenant = yield* createTenant()
+      const channel = yield* insertChannel(tenant.id)
+      const [large, small] = yield* Effect.all([insertConversation(tenant.id, channel.id), insertConversation(tenant.id, channel.id)])
+      yield* query(
+        `INSERT INTO activities (conversation_id, seq, id, tenant_id, type, sender, text)
+         SELECT $1, s, gen_random_uuid(), $2, 'message', 'user', 'bulk' FROM generate_series(1, 2500) AS s`,
+        [large, tenant.id]
+      )
+      yield* post(tenant.api_key, small, 1)
+
+      expect((yield* admin("DELETE", `/tenants/${tenant.id}`)).status).toBe(204)
+      expect(yield* queued).toEqual([large, small].sort())
+
+      const purge = yield* ConversationPurge
+      // Oldest first, a thousand activities per statement.
+      yield* purge.purge(1)
+      const afterOne = (yield* countOf("activities", large)) + (yield* countOf("activities", small))
+      expect(afterOne).toBeGreaterThanOrEqual(1501)
+      expect(yield* purge.backlog).toBe(2)
+      yield* purge.purge(100)
+      expect(yield* countOf("activities", large)).toBe(0)
+      expect(yield* countOf("activities", small)).toBe(0)
+      expect(yield* countOf("deliveries", small)).toBe(0)
+      expect(yield* purge.backlog).toBe(0)
+    }))
+})
+
+layer(TestNodeLive({ PURGE_INTERVAL_SECONDS: "1" }), { excludeTestServices: true })("purge job", (it) => {
+  it.effect("runs every PURGE_INTERVAL_SECONDS without being asked", () =>
+    Effect.gen(function*() {
+      const tenant = yield* createTenant()
+      const channel = yield* insertChannel(tenant.id)
+      const conversationId = yield* insertConversation(tenant.id, channel.id)
+      yield* post(tenant.api_key, conversationId, 2)
+      expect((yield* manage(tenant.api_key, "DELETE", `/channels/${channel.id}`)).status).toBe(204)
+      yield* countOf("activities", conversationId).pipe(
+        Effect.filterOrFail((n) => n === 0),
+        Effect.retry(Schedule.spaced("200 millis").pipe(Schedule.upTo("15 seconds")))
+      )
+      expect(yield* queued).toEqual([])
+    }))
+})
