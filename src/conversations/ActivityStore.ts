@@ -3,7 +3,7 @@ import type { SqlError } from "@effect/sql/SqlError"
 import { Data, Effect, Either, Exit, Schema } from "effect"
 import { Counter } from "prom-client"
 import { awaitReply, type Reply, WorkQueue } from "../concurrency/WorkQueue.js"
-import { boundedClient } from "../db/Database.js"
+import { writerClient } from "../db/Database.js"
 import { prepared } from "../db/PreparedStatements.js"
 import { isUniqueViolation } from "../db/SqlErrors.js"
 import type { Activity, ActivityDraft } from "../domain/Activity.js"
@@ -90,8 +90,8 @@ const storedActivity = (draft: ActivityDraft, seq: number, group: WriteGroup, in
 export class ActivityStore extends Effect.Service<ActivityStore>()("parley/ActivityStore", {
   scoped: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    // Batches go through their own connections, each statement bounded: see WriteTimings.
-    const writer = yield* boundedClient(WRITERS, WRITE_STATEMENT_TIMEOUT_MS)
+    // Batches go through connections of their own: each statement bounded (WriteTimings), by index.
+    const writer = yield* writerClient(WRITERS, WRITE_STATEMENT_TIMEOUT_MS)
     const metrics = yield* Metrics
     const stored = new Counter({
       name: "parley_activities_stored_total",
@@ -141,7 +141,7 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
                 status = COALESCE(v.status, c.status),
                 closed_at = CASE WHEN v.status = 'closed' THEN now() WHEN v.status = 'active' THEN NULL ELSE c.closed_at END
             FROM jsonb_to_recordset(${JSON.stringify(heads)}::jsonb) AS v(id uuid, old_head int8, new_head int8, status text)
-            WHERE c.id = v.id AND c.head_seq = v.old_head
+            WHERE c.id = ANY(${groups.map((g) => g.conversationId)}::uuid[]) AND c.id = v.id AND c.head_seq = v.old_head
             RETURNING c.id
           ), clock AS (
             SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS at

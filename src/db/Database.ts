@@ -124,18 +124,22 @@ const clientLayer = (pool: Pg.Pool) => PgClient.layerFromPool({ acquire: Effect.
 const ClientLive = Layer.unwrapEffect(Effect.map(DatabasePool, ({ pool }) => clientLayer(pool)))
 
 /**
- * A client of its own `connections` whose statements PostgreSQL cancels after `statementTimeoutMs`:
- * a write through it commits within that time or not at all. On the embedded database (one
- * session for everything) it is the node's client, unbounded.
+ * A client of its own `connections` for short writes that reach their rows by key. PostgreSQL
+ * cancels a statement after `statementTimeoutMs`, so a write commits within that time or not at
+ * all; and sequential scans are priced out, so a statement over a small or freshly updated table
+ * still goes through its indexes (a scan per write grows with the table, and updated rows leave
+ * dead versions to visit). On the embedded database (one session for everything) it is the node's
+ * client, unbounded.
  */
-export const boundedClient = (connections: number, statementTimeoutMs: number) =>
+export const writerClient = (connections: number, statementTimeoutMs: number) =>
   Effect.gen(function*() {
     const config = yield* AppConfig
     if (Option.isNone(config.databaseUrl)) return yield* SqlClient.SqlClient
     const pool = yield* acquirePool({
       ...serverOptions(config, config.databaseUrl.value),
       max: connections,
-      statement_timeout: statementTimeoutMs
+      statement_timeout: statementTimeoutMs,
+      options: "-c enable_seqscan=off"
     })
     return Context.get(yield* Layer.build(clientLayer(pool)), SqlClient.SqlClient)
   })
