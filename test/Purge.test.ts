@@ -63,21 +63,25 @@ layer(TestNodeLive({ PURGE_INTERVAL_SECONDS: "3600" }), { excludeTestServices: t
       const tenant = yield* createTenant()
       const channel = yield* insertChannel(tenant.id)
       const [large, small] = yield* Effect.all([insertConversation(tenant.id, channel.id), insertConversation(tenant.id, channel.id)])
-      yield* query(
-        `INSERT INTO activities (conversation_id, seq, id, tenant_id, type, sender, text)
-         SELECT $1, s, gen_random_uuid(), $2, 'message', 'user', 'bulk' FROM generate_series(1, 2500) AS s`,
-        [large, tenant.id]
-      )
+      // Stored directly, above any seq the API will use; both need more than one chunk.
+      const bulk = (conversationId: string, n: number) =>
+        query(
+          `INSERT INTO activities (conversation_id, seq, id, tenant_id, type, sender, text)
+           SELECT $1, 100 + s, gen_random_uuid(), $2, 'message', 'user', 'bulk' FROM generate_series(1, $3::int) AS s`,
+          [conversationId, tenant.id, n]
+        )
+      yield* bulk(large, 2500)
+      yield* bulk(small, 1200)
       yield* post(tenant.api_key, small, 1)
 
       expect((yield* admin("DELETE", `/tenants/${tenant.id}`)).status).toBe(204)
       expect(yield* queued).toEqual([large, small].sort())
 
       const purge = yield* ConversationPurge
-      // Oldest first, a thousand activities per statement.
+      // One conversation at a time, a thousand activities per statement.
       yield* purge.purge(1)
       const afterOne = (yield* countOf("activities", large)) + (yield* countOf("activities", small))
-      expect(afterOne).toBeGreaterThanOrEqual(1501)
+      expect(afterOne).toBe(2500 + 1201 - 1000)
       expect(yield* purge.backlog).toBe(2)
       yield* purge.purge(100)
       expect(yield* countOf("activities", large)).toBe(0)

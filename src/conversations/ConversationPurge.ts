@@ -11,8 +11,9 @@ const CHUNKS_PER_RUN = 200
 /**
  * Purges what deleted conversations left behind (migration 0004, ADR 0008): their activities and
  * deliveries, in chunks. Each chunk is one statement that takes a queued conversation no other node
- * is purging (`SKIP LOCKED`), deletes up to `CHUNK` of its oldest activities with their deliveries,
- * and dequeues the conversation with its last chunk.
+ * is purging (`SKIP LOCKED`, in key order: the queue's index finds one in constant time, however
+ * many a tenant delete queued), deletes up to `CHUNK` of its oldest activities with their
+ * deliveries, and dequeues the conversation with its last chunk.
  */
 export class ConversationPurge extends Effect.Service<ConversationPurge>()("parley/ConversationPurge", {
   effect: Effect.gen(function*() {
@@ -22,7 +23,7 @@ export class ConversationPurge extends Effect.Service<ConversationPurge>()("parl
     const purgeChunk = Effect.map(
       sql<{ taken: number }>`
         WITH target AS (
-          SELECT conversation_id FROM conversation_purges ORDER BY inserted_at LIMIT 1 FOR UPDATE SKIP LOCKED
+          SELECT conversation_id FROM conversation_purges ORDER BY conversation_id LIMIT 1 FOR UPDATE SKIP LOCKED
         ), chunk AS (
           SELECT a.conversation_id, a.seq, a.id FROM activities a JOIN target USING (conversation_id)
           ORDER BY a.seq LIMIT ${CHUNK}
