@@ -91,7 +91,7 @@ const embeddedServer = (dataDir: string) =>
     return port
   })
 
-/** Connection settings for `DATABASE_URL`, with the node named in pg_stat_activity. */
+/** Connection settings for `DATABASE_URL`. */
 const serverOptions = (config: AppConfig, databaseUrl: Redacted.Redacted): Pg.PoolConfig => ({
   connectionString: Redacted.value(databaseUrl),
   // Names the node in pg_stat_activity (and so the holder of each shard's advisory lock).
