@@ -1,6 +1,7 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { admin, request, TestNodeLive } from "./support/TestNode.js"
+import { serverUrl } from "./support/TestDatabase.js"
 
 const METRICS_TOKEN = "metrics-token-for-tests"
 
@@ -65,6 +66,11 @@ layer(TestNodeLive(), { excludeTestServices: true })("health probes and metrics"
         expect(samples(text, gauge)).toHaveLength(1)
       }
       expect(samples(text, "parley_db_pool_connections")[0]).toMatch(/^parley_db_pool_connections [1-9]\d*$/)
+      // On PostgreSQL the activity writer has connections of its own (none on the embedded database).
+      const writerGauges = ["parley_db_writer_connections", "parley_db_writer_waiting_requests"]
+      for (const gauge of writerGauges) {
+        expect(samples(text, gauge)).toHaveLength(serverUrl === undefined ? 0 : 1)
+      }
       expect(samples(text, "parley_draining")).toEqual(["parley_draining 0"])
     }))
 })

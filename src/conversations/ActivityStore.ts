@@ -1,6 +1,6 @@
 import { SqlClient, SqlSchema } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
-import { Data, Effect, Either, Exit, Schema } from "effect"
+import { Data, Effect, Either, Exit, Option, Schema } from "effect"
 import { Counter } from "prom-client"
 import { awaitReply, type Reply, WorkQueue } from "../concurrency/WorkQueue.js"
 import { writerClient } from "../db/Database.js"
@@ -90,9 +90,14 @@ const storedActivity = (draft: ActivityDraft, seq: number, group: WriteGroup, in
 export class ActivityStore extends Effect.Service<ActivityStore>()("parley/ActivityStore", {
   scoped: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    // Batches go through connections of their own: each statement bounded (WriteTimings), by index.
-    const writer = yield* writerClient(WRITERS, WRITE_STATEMENT_TIMEOUT_MS)
     const metrics = yield* Metrics
+    // Batches go through connections of their own: each statement bounded (WriteTimings), by index.
+    const { client: writer, pool: writerPool } = yield* writerClient(WRITERS, WRITE_STATEMENT_TIMEOUT_MS)
+    if (Option.isSome(writerPool)) {
+      const pool = writerPool.value
+      metrics.gauge("parley_db_writer_connections", "Open connections of the activity writer", () => pool.totalCount)
+      metrics.gauge("parley_db_writer_waiting_requests", "Batches waiting for a writer connection", () => pool.waitingCount)
+    }
     const stored = new Counter({
       name: "parley_activities_stored_total",
       help: "Activities committed by this node",

@@ -128,20 +128,23 @@ const ClientLive = Layer.unwrapEffect(Effect.map(DatabasePool, ({ pool }) => cli
  * cancels a statement after `statementTimeoutMs`, so a write commits within that time or not at
  * all; and sequential scans are priced out, so a statement over a small or freshly updated table
  * still goes through its indexes (a scan per write grows with the table, and updated rows leave
- * dead versions to visit). On the embedded database (one session for everything) it is the node's
- * client, unbounded.
+ * dead versions to visit). Its pool is returned for metrics. On the embedded database (one session
+ * for everything) it is the node's client, unbounded, and has no pool of its own.
  */
 export const writerClient = (connections: number, statementTimeoutMs: number) =>
   Effect.gen(function*() {
     const config = yield* AppConfig
-    if (Option.isNone(config.databaseUrl)) return yield* SqlClient.SqlClient
+    if (Option.isNone(config.databaseUrl)) {
+      return { client: yield* SqlClient.SqlClient, pool: Option.none<MeasuredPool>() }
+    }
     const pool = yield* acquirePool({
       ...serverOptions(config, config.databaseUrl.value),
       max: connections,
       statement_timeout: statementTimeoutMs,
       options: "-c enable_seqscan=off"
     })
-    return Context.get(yield* Layer.build(clientLayer(pool)), SqlClient.SqlClient)
+    const client = Context.get(yield* Layer.build(clientLayer(pool)), SqlClient.SqlClient)
+    return { client, pool: Option.some(pool) }
   })
 
 /** `SqlClient`, `PgClient` and `DatabasePool` for the configured database. */
