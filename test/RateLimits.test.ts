@@ -5,7 +5,13 @@ import { query } from "./support/TestDatabase.js"
 import { tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { admin, TestNodeLive } from "./support/TestNode.js"
 
-layer(TestNodeLive({ RATE_LIMITS: JSON.stringify({ token_create: { limit: 2, scale_ms: 60000 } }) }), {
+// login_account gets a day-long window: the sync test must not see its window roll over.
+const RATE_LIMITS = {
+  token_create: { limit: 2, scale_ms: 60000 },
+  login_account: { limit: 5, scale_ms: 86_400_000 }
+}
+
+layer(TestNodeLive({ RATE_LIMITS: JSON.stringify(RATE_LIMITS) }), {
   excludeTestServices: true
 })("rate limits", (it) => {
   it.effect("a tenant override of activity_create answers 429 with retry-after and stores nothing more", () =>
@@ -48,5 +54,29 @@ layer(TestNodeLive({ RATE_LIMITS: JSON.stringify({ token_create: { limit: 2, sca
         [key]
       )
       expect(rows.map((r) => Number(r.count))).toEqual([10])
+    }))
+
+  it.effect("a window without new local counts is read, not rewritten, at each sync", () =>
+    Effect.gen(function*() {
+      const limiter = yield* RateLimiter
+      const key = crypto.randomUUID()
+      yield* limiter.consume("login_account", key, null)
+      const version = query<{ xmin: string; count: string }>(
+        "SELECT xmin::text AS xmin, count FROM rate_limit_counters WHERE bucket = 'login_account' AND key = $1",
+        [key]
+      )
+      yield* Effect.sleep("400 millis")
+      const before = yield* version
+      expect(before.map((r) => Number(r.count))).toEqual([1])
+      // Several syncs (every 100 ms) later the row is the same version.
+      yield* Effect.sleep("500 millis")
+      expect(yield* version).toEqual(before)
+      // Another node's count is still learned: the local view follows the table.
+      yield* query(
+        "UPDATE rate_limit_counters SET count = 5 WHERE bucket = 'login_account' AND key = $1",
+        [key]
+      )
+      yield* Effect.sleep("400 millis")
+      expect((yield* Effect.flip(limiter.consume("login_account", key, null)))._tag).toBe("RateLimited")
     }))
 })

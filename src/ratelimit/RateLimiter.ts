@@ -123,7 +123,11 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
     const consume = (bucket: Bucket, key: string, tenantId: string | null) =>
       Effect.flatMap(windowOf(bucket, tenantId), (window) => count(bucket, key, window))
 
-    /** Adds local counts to the shared table and learns the cluster's totals for live windows. */
+    /**
+     * Adds local counts to the shared table and learns the cluster's totals for live windows. Only
+     * windows with new local counts are written; the others are only read (an upsert of nothing would
+     * still leave a dead row version per window and interval).
+     */
     const sync = Effect.gen(function*() {
       const now = Date.now()
       for (const [id, slot] of slots) if (slot.windowEnd <= now) slots.delete(id)
@@ -131,11 +135,21 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
       if (live.length === 0) return
       const deltas = live.map((slot) => slot.unsynced)
       const rows = yield* sql<{ bucket: string; key: string; window_start: string; count: string }>`
-        INSERT INTO rate_limit_counters (bucket, key, window_start, count)
-        SELECT * FROM UNNEST(${live.map((s) => s.bucket)}::text[], ${live.map((s) => s.key)}::text[],
-                             ${live.map((s) => s.windowStart)}::int8[], ${deltas}::int8[])
-        ON CONFLICT (bucket, key, window_start) DO UPDATE SET count = rate_limit_counters.count + EXCLUDED.count
-        RETURNING bucket, key, window_start, count`
+        WITH local AS (
+          SELECT * FROM UNNEST(${live.map((s) => s.bucket)}::text[], ${live.map((s) => s.key)}::text[],
+                               ${live.map((s) => s.windowStart)}::int8[], ${deltas}::int8[])
+                   AS l(bucket, key, window_start, delta)
+        ), added AS (
+          INSERT INTO rate_limit_counters (bucket, key, window_start, count)
+          SELECT bucket, key, window_start, delta FROM local WHERE delta > 0
+          ON CONFLICT (bucket, key, window_start) DO UPDATE SET count = rate_limit_counters.count + EXCLUDED.count
+          RETURNING bucket, key, window_start, count
+        )
+        SELECT bucket, key, window_start, count FROM added
+        UNION ALL
+        SELECT c.bucket, c.key, c.window_start, c.count
+        FROM rate_limit_counters c JOIN local l USING (bucket, key, window_start)
+        WHERE l.delta = 0`
       live.forEach((slot, i) => (slot.unsynced -= deltas[i]!))
       for (const row of rows) {
         const slot = slots.get(`${row.bucket}\u0000${row.key}\u0000${row.window_start}`)
