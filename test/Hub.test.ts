@@ -2,6 +2,7 @@ import { expect, layer } from "@effect/vitest"
 import { Chunk, Effect, Fiber, Stream } from "effect"
 import { ConversationHub } from "../src/realtime/ConversationHub.js"
 import { tenantApi, tenantWithConversation } from "./support/Fixtures.js"
+import { query } from "./support/TestDatabase.js"
 import { TestNodeLive } from "./support/TestNode.js"
 
 layer(TestNodeLive(), { excludeTestServices: true })("node-local hub", (it) => {
@@ -19,5 +20,24 @@ layer(TestNodeLive(), { excludeTestServices: true })("node-local hub", (it) => {
       expect(seen.map((a) => a.seq)).toEqual([2, 3, 4, 5, 6, 7])
       expect(seen.map((a) => a.text)).toEqual(["m2", "m3", "m4", "m5", "m6", "m7"])
       expect(Chunk.toReadonlyArray(yield* Fiber.join(second)).map((a) => a.seq)).toEqual([1, 2, 3, 4, 5, 6, 7])
+    }))
+
+  it.effect("an activity the upstream never announces reaches listeners through the gap check", () =>
+    Effect.gen(function*() {
+      const hub = yield* ConversationHub
+      const { conversationId, key, tenant } = yield* tenantWithConversation
+      const path = `/conversations/${conversationId}/activities`
+      yield* tenantApi(key, "POST", path, { text: "announced" })
+      const listener = yield* hub.subscribe(conversationId, 0).pipe(Stream.take(2), Stream.runCollect, Effect.fork)
+      yield* Effect.sleep("200 millis")
+      // Committed behind the entity's back, as a write whose announcement was lost would be.
+      yield* query(
+        `INSERT INTO activities (conversation_id, seq, id, tenant_id, type, sender, text)
+         VALUES ($1, 2, $2, $3, 'message', 'user', 'silent')`,
+        [conversationId, crypto.randomUUID(), tenant.id]
+      )
+      yield* query("UPDATE conversations SET head_seq = 2 WHERE id = $1", [conversationId])
+      const seen = Chunk.toReadonlyArray(yield* Fiber.join(listener).pipe(Effect.timeout("10 seconds")))
+      expect(seen.map((a) => [a.seq, a.text])).toEqual([[1, "announced"], [2, "silent"]])
     }))
 })

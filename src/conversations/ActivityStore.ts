@@ -291,7 +291,18 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
     const headOf = (conversationId: string) =>
       Effect.map(findHead(conversationId), (row) => (row._tag === "Some" ? row.value.head_seq : 0))
 
-    return { write, findExisting, readAfter, headOf } as const
+    const HeadsRow = Schema.Struct({ id: Schema.String, head_seq: Schema.NumberFromString })
+    const findHeads = SqlSchema.findAll({
+      Request: Schema.Array(Schema.String),
+      Result: HeadsRow,
+      execute: (ids) => sql`SELECT id, head_seq FROM conversations WHERE id = ANY(${ids}::uuid[])`
+    })
+
+    /** The committed head seqs of these conversations, by id (missing ones are absent). */
+    const headsOf = (conversationIds: ReadonlyArray<string>) =>
+      Effect.map(findHeads(conversationIds), (rows) => new Map(rows.map((row) => [row.id, row.head_seq])))
+
+    return { write, findExisting, readAfter, headOf, headsOf } as const
   })
 }) {}
 

@@ -9,13 +9,19 @@ const PAGE = 500
 const RESUBSCRIBE_AFTER = Duration.millis(250)
 /** A silent upstream (a crash re-send that never resumed) is caught up from the table this often. */
 const GAP_CHECK_EVERY = Duration.seconds(2)
+/** Conversations whose heads one gap-check query reads. */
+const GAP_CHECK_BATCH = 5000
 
 interface Topic {
   readonly pubsub: PubSub.PubSub<Activity>
   readonly last: Ref.Ref<number>
+  /** Publishing is check-then-publish: the upstream and the gap check take turns. */
+  readonly publishing: Effect.Semaphore
   readonly scope: Scope.CloseableScope
   readonly listeners: number
 }
+
+type Feed = Pick<Topic, "pubsub" | "last" | "publishing">
 
 /**
  * The node-local fan-out. Each conversation with local listeners has one upstream subscription to
@@ -30,7 +36,7 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
     const topics = yield* SynchronizedRef.make(new Map<string, Topic>())
 
     /** Publishes stored activities above the topic's last seq (up to `below`, exclusive, if given). */
-    const fillFromTable = (conversationId: string, topic: Pick<Topic, "pubsub" | "last">, below?: number) =>
+    const fillFromTable = (conversationId: string, topic: Feed, below?: number) =>
       Effect.gen(function*() {
         while (true) {
           const last = yield* Ref.get(topic.last)
@@ -42,17 +48,18 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
         }
       })
 
-    const publishNext = (topic: Pick<Topic, "pubsub" | "last">, activity: Activity) =>
-      Ref.get(topic.last).pipe(
+    const publishNext = (topic: Feed, activity: Activity) =>
+      topic.publishing.withPermits(1)(Ref.get(topic.last).pipe(
         Effect.flatMap((last) =>
           activity.seq === last + 1
             ? PubSub.publish(topic.pubsub, activity).pipe(Effect.zipRight(Ref.set(topic.last, activity.seq)))
             : Effect.void
         )
-      )
+      ))
 
-    const upstream = (conversationId: string, topic: Pick<Topic, "pubsub" | "last">) => {
-      const follow = Ref.get(topic.last).pipe(
+    /** Follows the entity's stream; after it ends or fails, catches up from the table and follows again. */
+    const upstream = (conversationId: string, topic: Feed) =>
+      Ref.get(topic.last).pipe(
         Effect.flatMap((fromSeq) =>
           entity(conversationId).Subscribe({ fromSeq }).pipe(
             Stream.runForEach((activity) =>
@@ -70,12 +77,22 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
         Effect.zipRight(Effect.sleep(RESUBSCRIBE_AFTER)),
         Effect.forever
       )
-      const gapCheck = fillFromTable(conversationId, topic).pipe(
-        Effect.ignore,
-        Effect.repeat(Schedule.spaced(GAP_CHECK_EVERY))
-      )
-      return Effect.all([follow, gapCheck], { concurrency: 2, discard: true })
-    }
+
+    /**
+     * Catches up every topic whose conversation's head is past what it published: one query for the
+     * heads of up to `GAP_CHECK_BATCH` conversations, a table read only for those behind.
+     */
+    const gapCheck = Effect.gen(function*() {
+      const open = [...(yield* SynchronizedRef.get(topics))]
+      for (let i = 0; i < open.length; i += GAP_CHECK_BATCH) {
+        const batch = open.slice(i, i + GAP_CHECK_BATCH)
+        const heads = yield* store.headsOf(batch.map(([id]) => id))
+        yield* Effect.forEach(batch, ([id, topic]) =>
+          Effect.flatMap(Ref.get(topic.last), (last) =>
+            (heads.get(id) ?? 0) > last ? fillFromTable(id, topic).pipe(Effect.ignore) : Effect.void), { discard: true })
+      }
+    })
+    yield* Effect.forkScoped(gapCheck.pipe(Effect.ignore, Effect.repeat(Schedule.spaced(GAP_CHECK_EVERY))))
 
     const acquire = (conversationId: string) =>
       SynchronizedRef.modifyEffect(topics, (map) =>
@@ -89,9 +106,10 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
           const scope = yield* Scope.fork(hubScope, ExecutionStrategy.sequential)
           const pubsub = yield* PubSub.unbounded<Activity>()
           const last = yield* Ref.make(head)
+          const publishing = yield* Effect.makeSemaphore(1)
           // Forked inside the ref's lock, which is uninterruptible: make the follower interruptible again.
-          yield* Effect.forkIn(Effect.interruptible(upstream(conversationId, { pubsub, last })), scope)
-          const topic: Topic = { pubsub, last, scope, listeners: 1 }
+          yield* Effect.forkIn(Effect.interruptible(upstream(conversationId, { pubsub, last, publishing })), scope)
+          const topic: Topic = { pubsub, last, publishing, scope, listeners: 1 }
           return [topic, new Map(map).set(conversationId, topic)] as const
         }))
 
