@@ -1,4 +1,4 @@
-import { Chunk, Duration, Effect, ExecutionStrategy, Exit, Option, PubSub, Ref, Schedule, Scope, Stream, SynchronizedRef } from "effect"
+import { Chunk, Duration, Effect, ExecutionStrategy, Exit, Option, PubSub, Ref, Schedule, Scope, Stream } from "effect"
 import { ConversationEntity } from "../../cluster/ConversationEntity.js"
 import { ActivityStore } from "../conversations/ActivityStore.js"
 import type { Activity } from "../domain/Activity.js"
@@ -18,7 +18,8 @@ interface Topic {
   /** Publishing is check-then-publish: the upstream and the gap check take turns. */
   readonly publishing: Effect.Semaphore
   readonly scope: Scope.CloseableScope
-  readonly listeners: number
+  /** Open subscriptions; the topic closes with its last one. Changed only under the hub's lock. */
+  listeners: number
 }
 
 type Feed = Pick<Topic, "pubsub" | "last" | "publishing">
@@ -33,7 +34,9 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
     const store = yield* ActivityStore
     const entity = yield* ConversationEntity.client
     const hubScope = yield* Effect.scope
-    const topics = yield* SynchronizedRef.make(new Map<string, Topic>())
+    // Changed only under `lock`; read freely (the gap check copies it).
+    const topics = new Map<string, Topic>()
+    const lock = yield* Effect.makeSemaphore(1)
 
     /** Publishes stored activities above the topic's last seq (up to `below`, exclusive, if given). */
     const fillFromTable = (conversationId: string, topic: Feed, below?: number) =>
@@ -83,7 +86,7 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
      * heads of up to `GAP_CHECK_BATCH` conversations, a table read only for those behind.
      */
     const gapCheck = Effect.gen(function*() {
-      const open = [...(yield* SynchronizedRef.get(topics))]
+      const open = [...topics]
       for (let i = 0; i < open.length; i += GAP_CHECK_BATCH) {
         const batch = open.slice(i, i + GAP_CHECK_BATCH)
         const heads = yield* store.headsOf(batch.map(([id]) => id))
@@ -94,34 +97,50 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
     })
     yield* Effect.forkScoped(gapCheck.pipe(Effect.ignore, Effect.repeat(Schedule.spaced(GAP_CHECK_EVERY))))
 
+    /** Starts the topic: `last` at `head`, its upstream forked into a scope of its own. */
+    const open = (conversationId: string, head: number) =>
+      Effect.gen(function*() {
+        const scope = yield* Scope.fork(hubScope, ExecutionStrategy.sequential)
+        const pubsub = yield* PubSub.unbounded<Activity>()
+        const last = yield* Ref.make(head)
+        const publishing = yield* Effect.makeSemaphore(1)
+        // Acquired uninterruptibly (a stream's resource): make the follower interruptible again.
+        yield* Effect.forkIn(Effect.interruptible(upstream(conversationId, { pubsub, last, publishing })), scope)
+        const topic: Topic = { pubsub, last, publishing, scope, listeners: 1 }
+        topics.set(conversationId, topic)
+        return topic
+      })
+
+    /**
+     * The conversation's topic with one more listener. The head a new topic starts from is read
+     * before taking the lock, so subscribing to many conversations does not queue behind reads.
+     */
     const acquire = (conversationId: string) =>
-      SynchronizedRef.modifyEffect(topics, (map) =>
-        Effect.gen(function*() {
-          const existing = map.get(conversationId)
-          if (existing !== undefined) {
-            const topic = { ...existing, listeners: existing.listeners + 1 }
-            return [topic, new Map(map).set(conversationId, topic)] as const
-          }
-          const head = yield* store.headOf(conversationId)
-          const scope = yield* Scope.fork(hubScope, ExecutionStrategy.sequential)
-          const pubsub = yield* PubSub.unbounded<Activity>()
-          const last = yield* Ref.make(head)
-          const publishing = yield* Effect.makeSemaphore(1)
-          // Forked inside the ref's lock, which is uninterruptible: make the follower interruptible again.
-          yield* Effect.forkIn(Effect.interruptible(upstream(conversationId, { pubsub, last, publishing })), scope)
-          const topic: Topic = { pubsub, last, publishing, scope, listeners: 1 }
-          return [topic, new Map(map).set(conversationId, topic)] as const
-        }))
+      Effect.flatMap(
+        Effect.suspend(() => topics.has(conversationId) ? Effect.succeed(undefined) : store.headOf(conversationId)),
+        (head) =>
+          lock.withPermits(1)(Effect.suspend(() => {
+            const existing = topics.get(conversationId)
+            if (existing !== undefined) {
+              existing.listeners++
+              return Effect.succeed(existing)
+            }
+            // Closed meanwhile (rare): read the head now.
+            return head !== undefined
+              ? open(conversationId, head)
+              : Effect.flatMap(store.headOf(conversationId), (now) => open(conversationId, now))
+          }))
+      )
 
     const release = (conversationId: string) =>
-      SynchronizedRef.updateEffect(topics, (map) => {
-        const topic = map.get(conversationId)
-        if (topic === undefined) return Effect.succeed(map)
-        const next = new Map(map)
-        if (topic.listeners > 1) return Effect.succeed(next.set(conversationId, { ...topic, listeners: topic.listeners - 1 }))
-        next.delete(conversationId)
-        return Scope.close(topic.scope, Exit.void).pipe(Effect.as(next))
-      })
+      lock.withPermits(1)(Effect.suspend(() => {
+        const topic = topics.get(conversationId)
+        if (topic === undefined) return Effect.void
+        topic.listeners--
+        if (topic.listeners > 0) return Effect.void
+        topics.delete(conversationId)
+        return Scope.close(topic.scope, Exit.void)
+      }))
 
     /**
      * Every activity of the conversation with seq above `fromSeq`, in order, without end: stored
