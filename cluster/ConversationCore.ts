@@ -122,11 +122,15 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
         }
         const current = loaded.right.value
 
-        const appends = commands.flatMap((c) => (c._tag === "Append" ? [c.draft] : []))
+        // The first attempt on an open conversation writes without looking: the write refuses a group
+        // whose key is stored (KeyTaken) or whose draft id is (a crash re-send), and the retry looks
+        // both up. A conversation that is or may become closed in this round writes no append, so a
+        // repeat there is looked up at once.
+        const lookUp = attempt > 0 || current.status === "closed" || commands.some((c) => c._tag === "SetStatus")
+        const appends = lookUp ? commands.flatMap((c) => (c._tag === "Append" ? [c.draft] : [])) : []
         const keys = appends.flatMap((d) => (d.idempotency_key === null ? [] : [d.idempotency_key]))
-        // Ids matter only after a conflict or a crash re-send; keys always.
-        const ids = attempt > 0 ? appends.map((d) => d.id) : []
-        const existing = keys.length > 0 || ids.length > 0
+        const ids = appends.map((d) => d.id)
+        const existing = appends.length > 0
           ? yield* Effect.either(store.findExisting(conversationId, ids, keys))
           : Either.right([])
         if (Either.isLeft(existing)) return yield* failAll(commands, databaseUnavailable())
@@ -192,7 +196,7 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
         if (Either.isLeft(written)) {
           state = undefined
           const pending = waiting.map(([command]) => command)
-          return written.left._tag === "SeqTaken" && attempt < MAX_CONFLICT_RETRIES
+          return (written.left._tag === "SeqTaken" || written.left._tag === "KeyTaken") && attempt < MAX_CONFLICT_RETRIES
             ? yield* round(pending, attempt + 1)
             : yield* failAll(pending, databaseUnavailable())
         }

@@ -59,6 +59,38 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
         expect(yield* countActivities(conversationId)).toBe(1)
       }))
 
+    it.effect("repeats among new appends: each repeat gets its original, each new key one activity", () =>
+      Effect.gen(function*() {
+        const { conversationId, key } = yield* tenantWithConversation
+        const path = `/conversations/${conversationId}/activities`
+        const post = (k: string) => tenantApi(key, "POST", path, { text: k }, { "x-idempotency-key": k })
+        const originals = yield* Effect.forEach(["a", "b"], post)
+        // Sent together, so repeats and new keys share rounds and write batches.
+        const replies = yield* Effect.forEach(["a", "c", "b", "d", "a", "e"], post, { concurrency: "unbounded" })
+        expect(replies.map((r) => r.status)).toEqual([201, 201, 201, 201, 201, 201])
+        expect(replies[0]!.body.data).toEqual(originals[0]!.body.data)
+        expect(replies[2]!.body.data).toEqual(originals[1]!.body.data)
+        expect(replies[4]!.body.data).toEqual(originals[0]!.body.data)
+        expect(new Set(replies.map((r) => r.body.data.text))).toEqual(new Set(["a", "b", "c", "d", "e"]))
+        expect(yield* countActivities(conversationId)).toBe(5)
+      }))
+
+    it.effect("a repeat after the conversation closed still returns the original", () =>
+      Effect.gen(function*() {
+        const { conversationId, key } = yield* tenantWithConversation
+        const path = `/conversations/${conversationId}/activities`
+        const headers = { "x-idempotency-key": "before-close" }
+        const first = yield* tenantApi(key, "POST", path, { text: "kept" }, headers)
+        expect((yield* tenantApi(key, "POST", `/conversations/${conversationId}/close`)).status).toBe(200)
+        const again = yield* tenantApi(key, "POST", path, { text: "kept" }, headers)
+        expect(again.status).toBe(201)
+        expect(again.body.data).toEqual(first.body.data)
+        const fresh = yield* tenantApi(key, "POST", path, { text: "new" }, { "x-idempotency-key": "after-close" })
+        expect(fresh.status).toBe(409)
+        expect(fresh.body.error.code).toBe("conversation_closed")
+        expect(yield* countActivities(conversationId)).toBe(2)
+      }))
+
     it.effect("invalid activities are 422 invalid_message per field and store nothing", () =>
       Effect.gen(function*() {
         const { conversationId, key } = yield* tenantWithConversation

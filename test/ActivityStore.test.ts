@@ -51,6 +51,28 @@ layer(TestNodeLive(), { excludeTestServices: true })("activity store", (it) => {
       expect(Object.fromEntries(heads.map((h) => [h.id, Number(h.head_seq)]))).toEqual({ [fresh]: 1, [moved]: 0 })
     }))
 
+  it.effect("a group with an idempotency key already stored is not written (KeyTaken); others commit", () =>
+    Effect.gen(function*() {
+      const tenant = yield* createTenant()
+      const channel = yield* insertChannel(tenant.id)
+      const [repeated, other] = yield* Effect.all([insertConversation(tenant.id, channel.id), insertConversation(tenant.id, channel.id)])
+      const store = yield* ActivityStore
+      const keyed = (conversationId: string, oldHead: number, text: string, key: string): WriteGroup => ({
+        ...group(tenant.id, conversationId, oldHead, text),
+        activities: [messageDraft(text, key)]
+      })
+      yield* store.write(keyed(repeated, 0, "first", "k"))
+      const [again, elsewhere] = yield* Effect.all([
+        Effect.either(store.write(keyed(repeated, 1, "second", "k"))),
+        Effect.either(store.write(keyed(other, 0, "same key, other conversation", "k")))
+      ], { concurrency: "unbounded" })
+      expect(Either.isLeft(again) && again.left._tag).toBe("KeyTaken")
+      expect(Either.isRight(elsewhere)).toBe(true)
+      expect(yield* storedTexts(repeated)).toEqual([[1, "first"]])
+      expect(yield* headOf(repeated)).toBe(1)
+      expect(yield* storedTexts(other)).toEqual([[1, "same key, other conversation"]])
+    }))
+
   it.effect("a group whose deadline passed before its statement is not written (TooLate)", () =>
     Effect.gen(function*() {
       const tenant = yield* createTenant()

@@ -18,6 +18,9 @@ export class SeqTaken extends Data.TaggedError("SeqTaken")<{ readonly conversati
 /** The database refused or could not take the write; nothing of the group was stored. */
 export class WriteFailed extends Data.TaggedError("WriteFailed")<{ readonly cause: SqlError }> {}
 
+/** An idempotency key of the group is already stored in its conversation; nothing was written. */
+export class KeyTaken extends Data.TaggedError("KeyTaken")<{ readonly conversationId: string }> {}
+
 /** The group's deadline passed before a statement could take it; nothing of it was stored. */
 export class TooLate extends Data.TaggedError("TooLate")<{}> {}
 
@@ -49,7 +52,7 @@ interface Pending {
   readonly done: Reply<ReadonlyArray<Activity>, WriteError>
 }
 
-type WriteError = SeqTaken | WriteFailed | TooLate
+type WriteError = SeqTaken | KeyTaken | WriteFailed | TooLate
 
 /** Groups written in one statement at the most; more wait for the next one. */
 const MAX_GROUPS_PER_TRANSACTION = 128
@@ -108,8 +111,9 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
     /**
      * Writes groups in one statement (its own transaction, one round trip): each group's head
      * moves only if it still is `oldHead`, and only the groups that moved get their activities,
-     * deliveries and edit marks. Answers per group: its activities, or `SeqTaken`. A unique
-     * violation (an id or idempotency key stored meanwhile) fails the whole statement.
+     * deliveries and edit marks; a group with an idempotency key already stored in its conversation
+     * does not move. Answers per group: its activities, `KeyTaken` or `SeqTaken`. A unique violation
+     * (an id or idempotency key stored meanwhile) fails the whole statement.
      */
     const writeGroups = (groups: ReadonlyArray<WriteGroup>) =>
       Effect.gen(function*() {
@@ -139,14 +143,25 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
         )
         const edits = rows.filter((r) => r.type === "messageUpdate").map((r) => r.reply_to_id)
         const deletes = rows.filter((r) => r.type === "messageDelete").map((r) => r.reply_to_id)
-        const moved = yield* writer<{ id: string; at: string }>`${writer.literal(prepared("append_batch"))}
-          WITH moved AS (
+        const keyed = rows.filter((r) => r.idempotency_key !== null)
+        const answer = yield* writer<{ id: string; at: string | null; key_taken: boolean }>`${
+          writer.literal(prepared("append_batch"))
+        }
+          WITH known AS (
+            -- One index probe per key: a join here may be planned as a scan of the whole index.
+            SELECT DISTINCT k.conversation_id
+            FROM UNNEST(${keyed.map((r) => r.conversation_id)}::uuid[], ${keyed.map((r) => r.idempotency_key)}::text[])
+                 AS k(conversation_id, key),
+                 LATERAL (SELECT 1 FROM activities a
+                          WHERE a.conversation_id = k.conversation_id AND a.idempotency_key = k.key LIMIT 1) AS stored_key
+          ), moved AS (
             UPDATE conversations c
             SET head_seq = v.new_head, updated_at = now(),
                 status = COALESCE(v.status, c.status),
                 closed_at = CASE WHEN v.status = 'closed' THEN now() WHEN v.status = 'active' THEN NULL ELSE c.closed_at END
             FROM jsonb_to_recordset(${JSON.stringify(heads)}::jsonb) AS v(id uuid, old_head int8, new_head int8, status text)
             WHERE c.id = ANY(${groups.map((g) => g.conversationId)}::uuid[]) AND c.id = v.id AND c.head_seq = v.old_head
+              AND c.id NOT IN (SELECT conversation_id FROM known)
             RETURNING c.id
           ), clock AS (
             SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS at
@@ -173,12 +188,17 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
                 deleted_at = CASE WHEN a.id = ANY(${deletes}::uuid[]) THEN COALESCE(a.deleted_at, now()) ELSE a.deleted_at END
             WHERE a.id = ANY(${[...edits, ...deletes]}::uuid[]) AND a.conversation_id IN (SELECT id FROM moved)
           )
-          SELECT moved.id, clock.at FROM moved, clock`
-        const at = moved[0]?.at ?? ""
-        const movedIds = new Set(moved.map((m) => m.id))
-        return groups.map((g) =>
+          SELECT moved.id, clock.at, false AS key_taken FROM moved, clock
+          UNION ALL
+          SELECT conversation_id, NULL, true FROM known`
+        const at = answer.find((row) => !row.key_taken)?.at ?? ""
+        const movedIds = new Set(answer.filter((row) => !row.key_taken).map((row) => row.id))
+        const keyTakenIds = new Set(answer.filter((row) => row.key_taken).map((row) => row.id))
+        return groups.map((g): Either.Either<ReadonlyArray<Activity>, SeqTaken | KeyTaken> =>
           movedIds.has(g.conversationId)
             ? Either.right(g.activities.map((a, i) => storedActivity(a, g.oldHead + 1 + i, g, at)))
+            : keyTakenIds.has(g.conversationId)
+            ? Either.left(new KeyTaken({ conversationId: g.conversationId }))
             : Either.left(new SeqTaken({ conversationId: g.conversationId }))
         )
       }).pipe(
@@ -190,7 +210,7 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
           ))
       )
 
-    const settle = (pending: Pending, result: Either.Either<ReadonlyArray<Activity>, SeqTaken>) =>
+    const settle = (pending: Pending, result: Either.Either<ReadonlyArray<Activity>, SeqTaken | KeyTaken>) =>
       Effect.sync(() => {
         if (Either.isRight(result)) stored.inc(result.right.length)
         pending.done(Either.isRight(result) ? Exit.succeed(result.right) : Exit.fail(result.left))

@@ -16,6 +16,8 @@
  *                                           conversation has had a request (60 s more at most)
  *   --duration S       BENCH_DURATION_S     measured seconds per scenario (10)
  *   --only LIST        BENCH_ONLY           scenarios to run: parley,baseline,single (all)
+ *   --idempotency-keys BENCH_IDEMPOTENCY_KEYS=1  every request carries a new x-idempotency-key, as
+ *                                           careful clients send (the floor ignores it)
  *   --probe            BENCH_PROBE=1        preload test/bench/probe.ts into the servers: SQL statements,
  *                                           Effect fibers, GC and event-loop use per request, inside the
  *                                           window (BENCH_PROBE_OPS=1: Effect instructions as well)
@@ -63,13 +65,14 @@ interface Options {
   readonly durationMs: number
   readonly only: ReadonlySet<Scenario>
   readonly probe: boolean
+  readonly idempotencyKeys: boolean
   readonly cpuProfileDir: string | undefined
   readonly serverUrl: string
 }
 
 const usage = () => {
   console.log("usage: npm run bench -- [--clients C] [--conversations K] [--warmup S] [--duration S] " +
-    "[--only parley,baseline,single] [--probe] [--cpu-profile DIR]")
+    "[--only parley,baseline,single] [--idempotency-keys] [--probe] [--cpu-profile DIR]")
 }
 
 const parseOptions = (argv: ReadonlyArray<string>): Options => {
@@ -82,14 +85,14 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     }
     if (!arg.startsWith("--")) throw new Error(`unexpected argument ${arg}`)
     const [name, inline] = arg.slice(2).split("=", 2) as [string, string | undefined]
-    if (name === "probe") flags.set(name, inline ?? "1")
+    if (name === "probe" || name === "idempotency-keys") flags.set(name, inline ?? "1")
     else {
       const value = inline ?? argv[++i]
       if (value === undefined) throw new Error(`--${name} needs a value`)
       flags.set(name, value)
     }
   }
-  const known = new Set(["clients", "conversations", "warmup", "duration", "only", "probe", "cpu-profile"])
+  const known = new Set(["clients", "conversations", "warmup", "duration", "only", "probe", "idempotency-keys", "cpu-profile"])
   for (const name of flags.keys()) if (!known.has(name)) throw new Error(`unknown flag --${name}`)
 
   const value = (flag: string, env: string) => flags.get(flag) ?? process.env[env]
@@ -107,6 +110,7 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     only.add(name)
   }
   const probeText = value("probe", "BENCH_PROBE")
+  const keysText = value("idempotency-keys", "BENCH_IDEMPOTENCY_KEYS")
   const cpuProfile = value("cpu-profile", "BENCH_CPU_PROFILE")
   return {
     clients: Math.floor(positive("clients", "BENCH_CLIENTS", 64)),
@@ -115,6 +119,7 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     durationMs: positive("duration", "BENCH_DURATION_S", 10) * 1000,
     only,
     probe: (probeText !== undefined && probeText !== "0") || cpuProfile !== undefined,
+    idempotencyKeys: keysText !== undefined && keysText !== "0",
     cpuProfileDir: cpuProfile === undefined ? undefined : resolve(cpuProfile),
     serverUrl: process.env["DATABASE_URL"] ?? "postgres://postgres@127.0.0.1:5432/postgres"
   }
@@ -318,6 +323,8 @@ interface DriveTarget {
   readonly serverPid: number
   readonly paths: ReadonlyArray<string>
   readonly headers: Record<string, string | number>
+  /** Whether each request carries a new `x-idempotency-key`. */
+  readonly idempotencyKeys: boolean
   /** Backend pids of the database, fetched shortly before the window opens. */
   readonly pgPids: () => Promise<ReadonlyArray<number>>
   readonly onWindow: (edge: "open" | "close") => void
@@ -333,6 +340,8 @@ const drive = (target: DriveTarget, clients: number, warmupMs: number, durationM
   new Promise<DriveResult>((resolveDrive, rejectDrive) => {
     const agent = new Agent({ keepAlive: true, maxSockets: clients, maxFreeSockets: clients })
     const headers = { ...target.headers, "content-type": "application/json", "content-length": BODY.length }
+    // Keys stay unique across the scenarios of one bench run.
+    const runId = randomUUID().slice(0, 8)
     let latencies = new Float64Array(1 << 16)
     let recorded = 0
     let errors = 0
@@ -411,8 +420,9 @@ const drive = (target: DriveTarget, clients: number, warmupMs: number, durationM
       const path = target.paths[next++ % target.paths.length]!
       const started = performance.now()
       let settled = false
+      const sent = target.idempotencyKeys ? { ...headers, "x-idempotency-key": `bench-${runId}-${next}` } : headers
       const req = request(
-        { agent, host: "127.0.0.1", port: target.port, method: "POST", path, headers },
+        { agent, host: "127.0.0.1", port: target.port, method: "POST", path, headers: sent },
         (res) => {
           const status = res.statusCode ?? 0
           const ok = status >= 200 && status < 300
@@ -544,6 +554,7 @@ const runScenario = async (
       serverPid: child.process.pid!,
       paths,
       headers,
+      idempotencyKeys: options.idempotencyKeys,
       pgPids: () => backendPids(db.url, db.name),
       onWindow: (edge) => {
         if (options.probe) child.process.kill("SIGUSR2")
