@@ -144,8 +144,18 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
         const edits = rows.filter((r) => r.type === "messageUpdate").map((r) => r.reply_to_id)
         const deletes = rows.filter((r) => r.type === "messageDelete").map((r) => r.reply_to_id)
         const keyed = rows.filter((r) => r.idempotency_key !== null)
+        const targets = [...edits, ...deletes]
+        // Edits and deletes are rare: only a batch with some carries the part that marks their targets,
+        // found by id. The moved conversations are a filter the index cannot use (`IS TRUE`): as an
+        // index condition they could make the plan read every activity of each conversation written.
+        const marks = targets.length === 0 ? writer.literal("") : writer`, marked AS (
+            UPDATE activities a
+            SET edited_at = CASE WHEN a.id = ANY(${edits}::uuid[]) THEN now() ELSE a.edited_at END,
+                deleted_at = CASE WHEN a.id = ANY(${deletes}::uuid[]) THEN COALESCE(a.deleted_at, now()) ELSE a.deleted_at END
+            WHERE a.id = ANY(${targets}::uuid[]) AND (a.conversation_id = ANY(ARRAY(SELECT id FROM moved))) IS TRUE
+          )`
         const answer = yield* writer<{ id: string; at: string | null; key_taken: boolean }>`${
-          writer.literal(prepared("append_batch"))
+          writer.literal(prepared(targets.length === 0 ? "append_batch" : "append_batch_with_marks"))
         }
           WITH known AS (
             -- One index probe per key: a join here may be planned as a scan of the whole index.
@@ -182,12 +192,7 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
             FROM jsonb_to_recordset(${JSON.stringify(planned)}::jsonb)
                  AS t(id uuid, tenant_id uuid, activity_id uuid, conversation_id uuid, channel_id uuid, payload jsonb)
             WHERE t.conversation_id IN (SELECT id FROM moved)
-          ), marked AS (
-            UPDATE activities a
-            SET edited_at = CASE WHEN a.id = ANY(${edits}::uuid[]) THEN now() ELSE a.edited_at END,
-                deleted_at = CASE WHEN a.id = ANY(${deletes}::uuid[]) THEN COALESCE(a.deleted_at, now()) ELSE a.deleted_at END
-            WHERE a.id = ANY(${[...edits, ...deletes]}::uuid[]) AND a.conversation_id IN (SELECT id FROM moved)
-          )
+          )${marks}
           SELECT moved.id, clock.at, false AS key_taken FROM moved, clock
           UNION ALL
           SELECT conversation_id, NULL, true FROM known`

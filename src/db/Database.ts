@@ -126,9 +126,10 @@ const ClientLive = Layer.unwrapEffect(Effect.map(DatabasePool, ({ pool }) => cli
 /**
  * A client of its own `connections` for short writes that reach their rows by key. PostgreSQL
  * cancels a statement after `statementTimeoutMs`, so a write commits within that time or not at
- * all; and sequential scans are priced out, so a statement over a small or freshly updated table
+ * all; sequential scans are priced out, so a statement over a small or freshly updated table
  * still goes through its indexes (a scan per write grows with the table, and updated rows leave
- * dead versions to visit). Its pool is returned for metrics. On the embedded database (one session
+ * dead versions to visit); and prepared statements keep their generic plan instead of being
+ * planned again on every call when the values make a custom plan look cheaper. Its pool is returned for metrics. On the embedded database (one session
  * for everything) it is the node's client, unbounded, and has no pool of its own.
  */
 export const writerClient = (connections: number, statementTimeoutMs: number) =>
@@ -141,7 +142,7 @@ export const writerClient = (connections: number, statementTimeoutMs: number) =>
       ...serverOptions(config, config.databaseUrl.value),
       max: connections,
       statement_timeout: statementTimeoutMs,
-      options: "-c enable_seqscan=off"
+      options: "-c enable_seqscan=off -c plan_cache_mode=force_generic_plan"
     })
     const client = Context.get(yield* Layer.build(clientLayer(pool)), SqlClient.SqlClient)
     return { client, pool: Option.some(pool) }
