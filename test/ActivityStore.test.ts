@@ -2,7 +2,7 @@ import { SqlClient } from "@effect/sql"
 import { expect, layer } from "@effect/vitest"
 import { Effect, Either } from "effect"
 import { ActivityStore, type WriteGroup } from "../src/conversations/ActivityStore.js"
-import { insertChannel, insertConversation, messageDraft } from "./support/Fixtures.js"
+import { insertChannel, insertConversation, messageDraft, storedTexts } from "./support/Fixtures.js"
 import { query, serverUrl } from "./support/TestDatabase.js"
 import { createTenant, TestNodeLive } from "./support/TestNode.js"
 
@@ -22,19 +22,18 @@ const headOf = (conversationId: string) =>
     (rows) => Number(rows[0]!.head_seq)
   )
 
-const storedTexts = (conversationId: string) =>
-  Effect.map(
-    query<{ seq: string; text: string }>("SELECT seq, text FROM activities WHERE conversation_id = $1 ORDER BY seq", [conversationId]),
-    (rows) => rows.map((r) => [Number(r.seq), r.text] as const)
-  )
+/** A tenant with two conversations on one channel, and the node's store. */
+const twoConversations = Effect.gen(function*() {
+  const tenant = yield* createTenant()
+  const channel = yield* insertChannel(tenant.id)
+  const [first, second] = yield* Effect.all([insertConversation(tenant.id, channel.id), insertConversation(tenant.id, channel.id)])
+  return { tenant, first, second, store: yield* ActivityStore }
+})
 
 layer(TestNodeLive(), { excludeTestServices: true })("activity store", (it) => {
   it.effect("groups written together: one with a moved head fails alone, the others commit", () =>
     Effect.gen(function*() {
-      const tenant = yield* createTenant()
-      const channel = yield* insertChannel(tenant.id)
-      const [fresh, moved] = yield* Effect.all([insertConversation(tenant.id, channel.id), insertConversation(tenant.id, channel.id)])
-      const store = yield* ActivityStore
+      const { first: fresh, second: moved, store, tenant } = yield* twoConversations
       // `moved` is at head 0, so a writer that believes it is at 3 must lose.
       const [ok, lost] = yield* Effect.all([
         Effect.either(store.write(group(tenant.id, fresh, 0, "kept"))),
@@ -53,10 +52,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("activity store", (it) => {
 
   it.effect("a group with an idempotency key already stored is not written (KeyTaken); others commit", () =>
     Effect.gen(function*() {
-      const tenant = yield* createTenant()
-      const channel = yield* insertChannel(tenant.id)
-      const [repeated, other] = yield* Effect.all([insertConversation(tenant.id, channel.id), insertConversation(tenant.id, channel.id)])
-      const store = yield* ActivityStore
+      const { first: repeated, second: other, store, tenant } = yield* twoConversations
       const keyed = (conversationId: string, oldHead: number, text: string, key: string): WriteGroup => ({
         ...group(tenant.id, conversationId, oldHead, text),
         activities: [messageDraft(text, key)]

@@ -2,15 +2,8 @@ import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { ConversationEntity } from "../cluster/ConversationEntity.js"
 import { query } from "./support/TestDatabase.js"
-import { messageDraft, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
+import { messageDraft, storedTexts, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { TestNodeLive } from "./support/TestNode.js"
-
-
-const stored = (conversationId: string) =>
-  Effect.map(
-    query<{ seq: string; text: string }>("SELECT seq, text FROM activities WHERE conversation_id = $1 ORDER BY seq", [conversationId]),
-    (rows) => rows.map((r) => [Number(r.seq), r.text] as const)
-  )
 
 layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it) => {
   it.effect("an append past its deadline is refused with 503 and stores nothing", () =>
@@ -21,7 +14,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
         entity(conversationId).Append({ tenantId: tenant.id, draft: messageDraft("late"), deadline: Date.now() - 1 })
       )
       expect(error._tag).toBe("Unavailable")
-      expect(yield* stored(conversationId)).toEqual([])
+      expect(yield* storedTexts(conversationId)).toEqual([])
     }))
 
   it.effect("a re-sent draft (same id, as after a crash) returns the stored activity and adds nothing", () =>
@@ -34,7 +27,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
       yield* query("UPDATE conversations SET head_seq = head_seq WHERE id = $1", [conversationId])
       const again = yield* entity(conversationId).Append({ tenantId: tenant.id, draft: message, deadline: Date.now() + 5000 })
       expect(again.id).toBe(first.id)
-      expect(yield* stored(conversationId)).toEqual([[1, "once"]])
+      expect(yield* storedTexts(conversationId)).toEqual([[1, "once"]])
     }))
 
   it.effect("when another writer moved the head, the entity reloads and continues gap-free", () =>
@@ -51,7 +44,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
       const third = yield* tenantApi(key, "POST", path, { text: "three" })
       expect(third.status).toBe(201)
       expect(third.body.data.seq).toBe(3)
-      expect(yield* stored(conversationId)).toEqual([[1, "one"], [2, "other"], [3, "three"]])
+      expect(yield* storedTexts(conversationId)).toEqual([[1, "one"], [2, "other"], [3, "three"]])
     }))
 
   it.effect("a conversation of another tenant is not found, whatever the entity has loaded", () =>
@@ -62,7 +55,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
         entity(conversationId).Append({ tenantId: crypto.randomUUID(), draft: messageDraft("x"), deadline: Date.now() + 5000 })
       )
       expect(error._tag).toBe("NotFound")
-      expect(yield* stored(conversationId)).toEqual([])
+      expect(yield* storedTexts(conversationId)).toEqual([])
     }))
 
   it.effect("an append plans a delivery to the origin channel with the redacted activity", () =>

@@ -63,3 +63,10 @@ export const messageDraft = (text: string, idempotencyKey: string | null = null)
   payload: null,
   source_channel_id: null
 })
+
+/** A conversation's stored activities as `[seq, text]`, in seq order. */
+export const storedTexts = (conversationId: string) =>
+  Effect.map(
+    query<{ seq: string; text: string }>("SELECT seq, text FROM activities WHERE conversation_id = $1 ORDER BY seq", [conversationId]),
+    (rows) => rows.map((r) => [Number(r.seq), r.text] as const)
+  )
