@@ -17,6 +17,23 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
       expect(yield* storedTexts(conversationId)).toEqual([])
     }))
 
+  it.effect("a close past its deadline is refused with 503 and changes nothing", () =>
+    Effect.gen(function*() {
+      const { conversationId, tenant } = yield* tenantWithConversation
+      const entity = yield* ConversationEntity.client
+      const error = yield* Effect.flip(entity(conversationId).SetStatus({
+        tenantId: tenant.id,
+        status: "closed",
+        reason: "manual",
+        idleSince: null,
+        deadline: Date.now() - 1
+      }))
+      expect(error._tag).toBe("Unavailable")
+      expect(yield* storedTexts(conversationId)).toEqual([])
+      const rows = yield* query<{ status: string }>("SELECT status FROM conversations WHERE id = $1", [conversationId])
+      expect(rows).toEqual([{ status: "active" }])
+    }))
+
   it.effect("a re-sent draft (same id, as after a crash) returns the stored activity and adds nothing", () =>
     Effect.gen(function*() {
       const { conversationId, tenant } = yield* tenantWithConversation

@@ -305,27 +305,20 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
     const readAfter = (conversationId: string, after: number, limit: number) =>
       readRange({ conversationId, after, limit })
 
-    const HeadRow = Schema.Struct({ head_seq: Schema.NumberFromString })
-    const findHead = SqlSchema.findOne({
-      Request: Schema.String,
-      Result: HeadRow,
-      execute: (id) => sql`SELECT head_seq FROM conversations WHERE id = ${id}`
-    })
-
-    /** The committed head seq of a conversation (0 when it has none or does not exist). */
-    const headOf = (conversationId: string) =>
-      Effect.map(findHead(conversationId), (row) => (row._tag === "Some" ? row.value.head_seq : 0))
-
-    const HeadsRow = Schema.Struct({ id: Schema.String, head_seq: Schema.NumberFromString })
+    const HeadRow = Schema.Struct({ id: Schema.String, head_seq: Schema.NumberFromString })
     const findHeads = SqlSchema.findAll({
       Request: Schema.Array(Schema.String),
-      Result: HeadsRow,
+      Result: HeadRow,
       execute: (ids) => sql`SELECT id, head_seq FROM conversations WHERE id = ANY(${ids}::uuid[])`
     })
 
     /** The committed head seqs of these conversations, by id (missing ones are absent). */
     const headsOf = (conversationIds: ReadonlyArray<string>) =>
       Effect.map(findHeads(conversationIds), (rows) => new Map(rows.map((row) => [row.id, row.head_seq])))
+
+    /** The committed head seq of a conversation (0 when it has none or does not exist). */
+    const headOf = (conversationId: string) =>
+      Effect.map(headsOf([conversationId]), (heads) => heads.get(conversationId) ?? 0)
 
     return { write, findExisting, readAfter, headOf, headsOf } as const
   })
