@@ -163,11 +163,24 @@ const tail = (file: string, lines = 30) => {
 }
 
 /**
- * Starts `node <script>` (with `--import tsx` for TypeScript, and the probe when asked) with its
- * output in a log file. Compiled JavaScript runs without tsx, exactly as `npm start` runs it.
+ * The node flags of `npm start` (`exec node <flags> dist/src/main.js` in package.json), so the bench
+ * runs Parley with the runtime settings it ships with; BENCH_SERVER_NODE_ARGS replaces them.
+ */
+const parleyNodeArgs = (): ReadonlyArray<string> => {
+  const override = process.env["BENCH_SERVER_NODE_ARGS"]
+  if (override !== undefined) return override.split(" ").filter((a) => a !== "")
+  const scripts = (JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { scripts: Record<string, string> }).scripts
+  const words = (scripts["start"] ?? "").split(" ").filter((a) => a !== "")
+  return words.slice(words.indexOf("node") + 1, -1).filter((a) => a.startsWith("--"))
+}
+
+/**
+ * Starts `node <nodeArgs> <script>` (with `--import tsx` for TypeScript, and the probe when asked)
+ * with its output in a log file. Compiled JavaScript runs without tsx, exactly as `npm start` runs it.
  */
 const startChild = (
   name: string,
+  nodeArgs: ReadonlyArray<string>,
   script: string,
   port: number,
   env: Record<string, string>,
@@ -177,7 +190,7 @@ const startChild = (
   const logFile = join(workDir, `${name}.log`)
   const probeFile = options.probe ? join(workDir, `${name}.probe.jsonl`) : undefined
   const loader = script.endsWith(".ts") || options.probe ? ["--import", "tsx"] : []
-  const args = [...loader, ...(options.probe ? ["--import", join(ROOT, "test/bench/probe.ts")] : []), script]
+  const args = [...nodeArgs, ...loader, ...(options.probe ? ["--import", join(ROOT, "test/bench/probe.ts")] : []), script]
   const child = spawn(process.execPath, args, {
     cwd: ROOT,
     env: {
@@ -752,8 +765,10 @@ const main = async () => {
       const adminToken = randomBytes(24).toString("hex")
       const port = await freePort()
       const runnerPort = await freePort()
-      console.log("starting Parley ...")
-      const node = startChild("parley", process.env["BENCH_SERVER_ENTRY"] ?? "dist/src/main.js", port, {
+      const nodeArgs = parleyNodeArgs()
+      const entry = process.env["BENCH_SERVER_ENTRY"] ?? "dist/src/main.js"
+      console.log(`starting Parley (node ${[...nodeArgs, entry].join(" ")}) ...`)
+      const node = startChild("parley", nodeArgs, entry, port, {
         PORT: String(port),
         HOST: "127.0.0.1",
         CLUSTER_RUNNER_PORT: String(runnerPort),
@@ -785,8 +800,8 @@ const main = async () => {
           inserted_at timestamptz NOT NULL DEFAULT now()
         )`))
       const port = await freePort()
-      console.log("starting the node:http + pg baseline ...")
-      const baseline = startChild("baseline", "test/bench/baseline-server.ts", port, {
+      console.log("starting the node:http + pg baseline (node's default flags) ...")
+      const baseline = startChild("baseline", [], "test/bench/baseline-server.ts", port, {
         BASELINE_PORT: String(port),
         DATABASE_URL: db.url,
         BASELINE_POOL_SIZE: String(POOL_SIZE)
