@@ -1,4 +1,4 @@
-import { Chunk, Data, Effect, Either, Exit, Option, PubSub, Stream } from "effect"
+import { Chunk, Data, Effect, Either, Exit, FiberId, Option, PubSub, Stream } from "effect"
 import { awaitReply, type Reply } from "../src/concurrency/WorkQueue.js"
 import { ActivityStore, type PlannedDelivery } from "../src/conversations/ActivityStore.js"
 import { type ConversationState, ConversationStateRepo } from "../src/conversations/ConversationState.js"
@@ -95,14 +95,35 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
     // Open `subscribe` streams; each is subscribed to `live` only after it is counted here.
     let subscribers = 0
 
-    const loadState = Effect.suspend(() =>
-      state !== undefined
-        ? Effect.succeed(Option.some(state))
-        : states.load(conversationId).pipe(Effect.tap(Option.match({
-          onNone: () => Effect.void,
-          onSome: (loaded) => Effect.sync(() => (state = loaded))
-        })))
-    )
+    /**
+     * A read of a round, given up (503) once no command of the round could still be written: a
+     * stalled database answers callers in time, including one running the round inline. Rounds
+     * are uninterruptible, so the read runs in a fiber of its own, cancelled in the background.
+     */
+    const readFor = <A, E>(commands: ReadonlyArray<Command>, read: Effect.Effect<A, E>) =>
+      Effect.flatMap(Effect.forkDaemon(Effect.interruptible(read)), (fiber) =>
+        awaitReply<A, E | Unavailable>((reply) => {
+          let deadline = Infinity
+          for (const command of commands) deadline = Math.min(deadline, command.deadline)
+          const timer = setTimeout(() => {
+            reply(Exit.fail(databaseUnavailable()))
+            fiber.unsafeInterruptAsFork(FiberId.none)
+          }, Math.max(0, deadline - Date.now()))
+          fiber.addObserver((exit) => {
+            clearTimeout(timer)
+            reply(exit)
+          })
+        }))
+
+    const loadState = (commands: ReadonlyArray<Command>) =>
+      Effect.suspend(() =>
+        state !== undefined
+          ? Effect.succeed(Option.some(state))
+          : readFor(commands, states.load(conversationId)).pipe(Effect.tap(Option.match({
+            onNone: () => Effect.void,
+            onSome: (loaded) => Effect.sync(() => (state = loaded))
+          })))
+      )
 
     const failAll = (commands: ReadonlyArray<Command>, error: NotFound | Unavailable | Moved) =>
       Effect.sync(() => {
@@ -115,7 +136,7 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
           state = undefined
           return yield* failAll(commands, new Moved())
         }
-        const loaded = yield* Effect.either(loadState)
+        const loaded = yield* Effect.either(loadState(commands))
         if (Either.isLeft(loaded)) return yield* failAll(commands, databaseUnavailable())
         if (Option.isNone(loaded.right)) {
           return yield* failAll(commands, new NotFound({ message: `conversation ${conversationId} not found` }))
@@ -131,7 +152,7 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
         const keys = appends.flatMap((d) => (d.idempotency_key === null ? [] : [d.idempotency_key]))
         const ids = appends.map((d) => d.id)
         const existing = appends.length > 0
-          ? yield* Effect.either(store.findExisting(conversationId, ids, keys))
+          ? yield* Effect.either(readFor(commands, store.findExisting(conversationId, ids, keys)))
           : Either.right([])
         if (Either.isLeft(existing)) return yield* failAll(commands, databaseUnavailable())
         const byId = new Map(existing.right.map((a) => [a.id, a]))

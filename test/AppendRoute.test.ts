@@ -134,6 +134,26 @@ layer(TestNodeLive(), { excludeTestServices: true })("lean append route", (it) =
         expect(yield* storedCount(conversationId)).toBe(1)
       })
   )
+
+  it.effect.runIf(serverUrl !== undefined)(
+    "an append whose conversation cannot even be read in time is 503 unavailable, not a request that hangs",
+    () =>
+      Effect.gen(function*() {
+        const { conversationId, key } = yield* tenantWithConversation
+        const sql = yield* SqlClient.SqlClient
+        const post = tenantApi(key, "POST", `/conversations/${conversationId}/activities`, { text: "cold" })
+        // No append has loaded this conversation yet; another session keeps its table from being read.
+        const held = yield* sql.withTransaction(
+          Effect.zipRight(sql`LOCK TABLE conversations IN ACCESS EXCLUSIVE MODE`, post)
+        )
+        expect(held.status).toBe(503)
+        expect(held.body.error).toMatchObject({ code: "unavailable", details: { reason: "database_unavailable" } })
+        expect(yield* storedCount(conversationId)).toBe(0)
+        const retried = yield* post
+        expect(retried.status).toBe(201)
+        expect(retried.body.data).toMatchObject({ seq: 1, text: "cold" })
+      })
+  )
 })
 
 layer(TestNodeLive(), { excludeTestServices: true })("lean append route while draining", (it) => {
