@@ -148,6 +148,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("lean append route", (it) =
         )
         expect(held.status).toBe(503)
         expect(held.body.error).toMatchObject({ code: "unavailable", details: { reason: "database_unavailable" } })
+        expect(Number(held.headers.get("retry-after"))).toBeGreaterThanOrEqual(1)
         expect(yield* storedCount(conversationId)).toBe(0)
         const retried = yield* post
         expect(retried.status).toBe(201)

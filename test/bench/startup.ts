@@ -30,6 +30,9 @@ interface Sample {
   readonly groupRssKiB: number
 }
 
+/** The serving process's RSS: the larger of npm and node. */
+const serverRss = (processes: ReadonlyArray<{ readonly rssKiB: number }>) => Math.max(0, ...processes.map((p) => p.rssKiB))
+
 /** One `npm start` on `env`: time to ready, RSS soon after and once settled, then a clean stop. */
 const startOnce = (env: Record<string, string>) =>
   Effect.gen(function*() {
@@ -46,7 +49,6 @@ const startOnce = (env: Record<string, string>) =>
     })
     yield* waitUntilReady(child, baseUrl)
     const readyMs = performance.now() - started
-    const serverRss = (processes: ReadonlyArray<{ readonly rssKiB: number }>) => Math.max(0, ...processes.map((p) => p.rssKiB))
     yield* Effect.sleep(`${SOON_AFTER_READY_S} seconds`)
     const soon = yield* groupRss(child)
     yield* Effect.sleep(`${Math.max(0, SETTLED_AFTER_READY_S - SOON_AFTER_READY_S)} seconds`)
