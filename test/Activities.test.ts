@@ -139,6 +139,20 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
         expect(open.status).toBe(201)
       }))
 
+    it.effect("text filled from a payload is cut to the text limit between characters", () =>
+      Effect.gen(function*() {
+        const { conversationId, key } = yield* tenantWithConversation
+        const path = `/conversations/${conversationId}/activities`
+        const ascii = yield* tenantApi(key, "POST", path, { message_type: "interrupt", payload: { prompt: "p".repeat(70_000) } })
+        expect(ascii.status).toBe(201)
+        expect(ascii.body.data.text).toBe("p".repeat(65_536))
+        // 3-byte characters: 21,845 of them fill 65,535 bytes; the next would not fit.
+        const wide = yield* tenantApi(key, "POST", path, { message_type: "my_widget", payload: { text: "€".repeat(30_000) } })
+        expect(wide.status).toBe(201)
+        expect(wide.body.data.text).toBe("€".repeat(21_845))
+        expect(wide.body.data.payload.text).toHaveLength(30_000)
+      }))
+
     it.effect("edits and deletes set edited_at / deleted_at on the target; only one's own", () =>
       Effect.gen(function*() {
         const { conversationId, key } = yield* tenantWithConversation
@@ -172,6 +186,36 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
   })
 
   describe("bad references", () => {
+    it.effect("reply_to_id rules hold however the path spells the id; another tenant's activity is unknown", () =>
+      Effect.gen(function*() {
+        const { conversationId, key } = yield* tenantWithConversation
+        const upper = `/conversations/${conversationId.toUpperCase()}/activities`
+        const own = (yield* tenantApi(key, "POST", upper, { text: "mine", sender: "alice" })).body.data
+        expect((yield* tenantApi(key, "POST", upper, { text: "re", reply_to_id: own.id })).status).toBe(201)
+        const edit = yield* tenantApi(key, "POST", upper, { type: "messageUpdate", text: "v2", sender: "alice", reply_to_id: own.id })
+        expect(edit.status).toBe(201)
+
+        // Whatever another tenant's ids are, the answer is that of an id nobody stored: nothing leaks.
+        const other = yield* tenantWithConversation
+        const theirs = (yield* tenantApi(other.key, "POST", `/conversations/${other.conversationId}/activities`, {
+          text: "private",
+          sender: "vip"
+        })).body.data
+        const unknownTarget = { status: 422, details: { reply_to_id: ["is not an activity of this conversation"] } }
+        for (const [path, body] of [
+          [`/conversations/${conversationId}/activities`, { type: "messageUpdate", sender: "vip", reply_to_id: theirs.id }],
+          [`/conversations/${other.conversationId}/activities`, { type: "messageUpdate", sender: "guess", reply_to_id: theirs.id }],
+          [`/conversations/${other.conversationId}/activities`, { type: "messageUpdate", sender: "vip", reply_to_id: theirs.id }],
+          [`/conversations/${crypto.randomUUID()}/activities`, { type: "messageUpdate", sender: "vip", reply_to_id: theirs.id }],
+          [`/conversations/${crypto.randomUUID()}/activities`, { type: "messageUpdate", sender: "vip", reply_to_id: crypto.randomUUID() }]
+        ] as const) {
+          const reply = yield* tenantApi(key, "POST", path, body)
+          expect({ status: reply.status, details: reply.body.error.details }).toEqual(unknownTarget)
+        }
+        expect(yield* countActivities(conversationId)).toBe(3)
+        expect(yield* countActivities(other.conversationId)).toBe(1)
+      }))
+
     it.effect("unknown conversations are 404 on every route; a reply into another conversation is 422", () =>
       Effect.gen(function*() {
         const { conversationId, key } = yield* tenantWithConversation
@@ -261,9 +305,17 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
         const page2 = (yield* tenantApi(key, "GET", `${path}?limit=2&watermark=${page1.meta.watermark}`)).body
         expect(page2.data.map((a: { seq: number }) => a.seq)).toEqual([3, 4])
         const opaque = Buffer.from("seq:4").toString("base64url")
-        expect((yield* tenantApi(key, "GET", `${path}?watermark=${opaque}`)).body.data.map((a: { seq: number }) => a.seq)).toEqual([5])
+        const byOpaque = yield* tenantApi(key, "GET", `${path}?watermark=${opaque}`)
+        expect(byOpaque.body.data.map((a: { seq: number }) => a.seq)).toEqual([5])
         const legacy = Buffer.from(ids[2]!).toString("base64")
-        expect((yield* tenantApi(key, "GET", `${path}?watermark=${legacy}`)).body.data[0].seq).toBe(4)
+        const byLegacy = yield* tenantApi(key, "GET", `${path}?watermark=${legacy}`)
+        expect(byLegacy.body.data[0].seq).toBe(4)
+        // Both opaque forms are deprecated (client-api.md "Versioning"); the integer is not.
+        for (const reply of [byOpaque, byLegacy]) {
+          expect(reply.headers.get("deprecation")).toMatch(/^@\d+$/)
+          expect(reply.headers.get("link")).toContain(`rel="deprecation"`)
+        }
+        expect((yield* tenantApi(key, "GET", `${path}?watermark=3`)).headers.get("deprecation")).toBeNull()
         const empty = (yield* tenantApi(key, "GET", `${path}?watermark=5`)).body
         expect(empty).toEqual({ data: [], meta: { watermark: 5, has_more: false, limit: 100 } })
         const bad = yield* tenantApi(key, "GET", `${path}?watermark=%%%`)

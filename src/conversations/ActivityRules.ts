@@ -21,6 +21,12 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 const isType = Schema.is(ActivityType)
 const bytes = (text: string) => Buffer.byteLength(text, "utf8")
+const encoder = new TextEncoder()
+
+/** The longest prefix of `text` within `maxBytes` of UTF-8, cut between characters. */
+const truncateUtf8 = (text: string, maxBytes: number): string =>
+  bytes(text) <= maxBytes ? text : text.slice(0, encoder.encodeInto(text, new Uint8Array(maxBytes)).read)
+
 const isObject = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
 
 /** A posted activity as read from any API, in stored field names; every field still unchecked. */
@@ -132,7 +138,10 @@ export const checkActivity = (input: ActivityInput): Effect.Effect<CheckedActivi
         else payload = input.payload
       }
     }
-    if (messageType !== null && payload !== null && text === null) text = textOf(messageType, payload)
+    if (messageType !== null && payload !== null && text === null) {
+      const derived = textOf(messageType, payload)
+      text = derived === null ? null : truncateUtf8(derived, Limits.text)
+    }
 
     return problems.checkMessage("the activity is invalid").pipe(
       Effect.as({

@@ -132,10 +132,11 @@ export class ConversationRepo extends Effect.Service<ConversationRepo>()("parley
       }).pipe(sql.withTransaction)
 
     const TargetRow = Schema.Struct({ conversation_id: Schema.String, sender: Schema.String })
+    // Scoped to the tenant: another tenant's activity is as unknown as a missing one.
     const findTarget = SqlSchema.findOne({
-      Request: Schema.String,
+      Request: Schema.Struct({ tenantId: Schema.String, id: Schema.String }),
       Result: TargetRow,
-      execute: (id) => sql`SELECT conversation_id, sender FROM activities WHERE id = ${id}`
+      execute: ({ id, tenantId }) => sql`SELECT conversation_id, sender FROM activities WHERE id = ${id} AND tenant_id = ${tenantId}`
     })
 
     const SeqRow = Schema.Struct({ seq: Schema.NumberFromString })
@@ -150,8 +151,8 @@ export class ConversationRepo extends Effect.Service<ConversationRepo>()("parley
       find,
       list,
       create,
-      /** The conversation and sender of an activity, for `reply_to_id` rules. */
-      findTarget,
+      /** The conversation and sender of a tenant's activity, for `reply_to_id` rules. */
+      findTarget: (tenantId: string, id: string) => findTarget({ tenantId, id }),
       /** The seq of an activity of the conversation (legacy watermark form). */
       seqOf: (conversationId: string, id: string) => Effect.map(findSeq({ conversationId, id }), Option.map((r) => r.seq))
     } as const

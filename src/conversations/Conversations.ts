@@ -87,13 +87,13 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
     const list = (filter: ListFilter) => repo.list(filter).pipe(orUnavailable)
 
     /** Checks `reply_to_id`: an activity of this conversation; edits and deletes only of one's own. */
-    const checkTarget = (conversationId: string, type: string, sender: string, replyToId: string | null) =>
-      replyToId === null ? Effect.void : repo.findTarget(replyToId).pipe(
+    const checkTarget = (tenantId: string, conversationId: string, type: string, sender: string, replyToId: string | null) =>
+      replyToId === null ? Effect.void : repo.findTarget(tenantId, replyToId).pipe(
         orUnavailable,
         Effect.flatMap(Option.match({
           onNone: () => Effect.fail("is not an activity of this conversation"),
           onSome: (target) =>
-            target.conversation_id !== conversationId
+            target.conversation_id !== conversationId.toLowerCase()
               ? Effect.fail("is not an activity of this conversation")
               : (type === "messageUpdate" || type === "messageDelete") && target.sender !== sender
               ? Effect.fail("cannot edit or delete someone else's message")
@@ -126,7 +126,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
             ? Effect.fail(new BadRequest({ message: "x-idempotency-key must be 1 to 255 characters" }))
             : Effect.void
         ),
-        Effect.tap((checked) => checkTarget(conversationId, checked.type, checked.sender, checked.reply_to_id)),
+        Effect.tap((checked) => checkTarget(scope.tenantId, conversationId, checked.type, checked.sender, checked.reply_to_id)),
         Effect.flatMap((checked) => {
           const draft: ActivityDraft = { ...checked, id: crypto.randomUUID(), idempotency_key: key, source_channel_id: options.sourceChannelId }
           // One entity per conversation, however the caller spelled its id.

@@ -2,9 +2,10 @@ import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Effect } from "effect"
 import { Conversations } from "../conversations/Conversations.js"
 import { BadRequest } from "../domain/ApiError.js"
+import { isOpaqueWatermark } from "../domain/Watermark.js"
 import { RateLimiter } from "../ratelimit/RateLimiter.js"
 import type { ActivityInput } from "../conversations/ActivityRules.js"
-import { checkScope, CurrentCredential, requireScope, type TenantCredential } from "./TenantAuth.js"
+import { checkScope, CurrentCredential, markDeprecated, requireScope, type TenantCredential } from "./TenantAuth.js"
 import { decodeCursor, encodeCursor, parseLimit, parseUuid } from "./Paging.js"
 import { ParleyApi } from "./ParleyApi.js"
 
@@ -49,6 +50,9 @@ export const ConversationsHandlers = HttpApiBuilder.group(ParleyApi, "conversati
           const credential = yield* requireScope("read")
           const limit = yield* parseLimit(urlParams.limit, 100, 1000)
           const page = yield* conversations.activities(credential, path.id, urlParams.watermark, limit)
+          if (urlParams.watermark !== undefined && isOpaqueWatermark(urlParams.watermark)) {
+            yield* markDeprecated("opaque watermark")
+          }
           return { data: page.items, meta: { watermark: page.watermark, has_more: page.hasMore, limit } }
         }))
   }))
