@@ -110,7 +110,13 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
           [{ message_type: "card" }, "payload"],
           [{ type: "event", message_type: "image", payload: { url: "https://x.test/a.png" } }, "message_type"],
           [{ message_type: "image", payload: { url: "https://x.test/a.png", seq: 3 } }, "payload"],
-          [{ text: 42 }, "text"]
+          [{ text: 42 }, "text"],
+          // PostgreSQL stores no U+0000 in text or jsonb: refused per field, never a failed write.
+          [{ text: "a\u0000b" }, "text"],
+          [{ sender: "bot\u0000" }, "sender"],
+          [{ metadata: { "k\u0000": 1 } }, "metadata"],
+          [{ attachments: [{ contentType: "text/plain", name: "\u0000" }] }, "attachments"],
+          [{ message_type: "my_widget", payload: { nested: ["\u0000"] } }, "payload"]
         ]
         for (const [body, field] of cases) {
           const reply = yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, body)
@@ -336,6 +342,19 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
         expect(got.channels).toEqual([{ channel_id: channel.id, role: "origin", participant_id: null, inserted_at: expect.any(String) }])
         expect((yield* tenantApi(key, "GET", "/conversations?cursor=nope")).status).toBe(400)
         expect((yield* tenantApi(key, "GET", "/conversations?channel_id=nope")).status).toBe(400)
+        // Bad input is 400, never a 503 that invites retries: a date that does not exist, a NUL.
+        for (const at of ["2026-02-30T00:00:00Z", "2026-01-01T24:00:00Z", "0000-01-01T00:00:00Z"]) {
+          const cursor = Buffer.from(JSON.stringify([at, conversationId])).toString("base64url")
+          const reply = yield* tenantApi(key, "GET", `/conversations?cursor=${cursor}`)
+          expect(reply.status, at).toBe(400)
+          expect(reply.body.error.code).toBe("bad_request")
+        }
+        const nul = yield* tenantApi(key, "GET", "/conversations?external_id=%00abc")
+        expect(nul.status).toBe(400)
+        expect(nul.body.error.code).toBe("bad_request")
+        const huge = yield* tenantApi(key, "GET", "/conversations?limit=1234567890")
+        expect(huge.status).toBe(200)
+        expect(huge.body.meta.limit).toBe(500)
       }))
   })
 })

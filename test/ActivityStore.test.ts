@@ -50,6 +50,21 @@ layer(TestNodeLive(), { excludeTestServices: true })("activity store", (it) => {
       expect(Object.fromEntries(heads.map((h) => [h.id, Number(h.head_seq)]))).toEqual({ [fresh]: 1, [moved]: 0 })
     }))
 
+  it.effect("a group with a value PostgreSQL refuses fails alone; the others of its statement commit", () =>
+    Effect.gen(function*() {
+      const { first: fine, second: refused, store, tenant } = yield* twoConversations
+      // The route refuses U+0000 (422); written anyway, jsonb refuses it and fails the statement.
+      const [ok, failed] = yield* Effect.all([
+        Effect.either(store.write(group(tenant.id, fine, 0, "kept"))),
+        Effect.either(store.write(group(tenant.id, refused, 0, "nul \u0000 inside")))
+      ], { concurrency: "unbounded" })
+      expect(Either.isRight(ok) && ok.right.map((a) => [a.seq, a.text])).toEqual([[1, "kept"]])
+      expect(Either.isLeft(failed) && failed.left._tag).toBe("WriteFailed")
+      expect(yield* storedTexts(fine)).toEqual([[1, "kept"]])
+      expect(yield* storedTexts(refused)).toEqual([])
+      expect(yield* headOf(refused)).toBe(0)
+    }))
+
   it.effect("a group with an idempotency key already stored is not written (KeyTaken); others commit", () =>
     Effect.gen(function*() {
       const { first: repeated, second: other, store, tenant } = yield* twoConversations

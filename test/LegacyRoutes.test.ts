@@ -235,7 +235,9 @@ layer(
           { body: { metadata: "x" } },
           { body: { metadata: null } },
           { body: ["active"] },
-          { raw: "{not json" }
+          { raw: "{not json" },
+          // Valid JSON that PostgreSQL cannot store (U+0000 in jsonb)
+          { body: { metadata: { k: "a\u0000b" } } }
         ]
         for (const body of bodies) {
           const reply = yield* post("/conversations", { secret: channel.secret, ...body })

@@ -31,7 +31,11 @@ export class ChannelTokens extends Effect.Service<ChannelTokens>()("parley/Chann
      */
     const authenticate = (secret: string) =>
       Effect.gen(function*() {
-        const channel = yield* find(hashCredential(secret)).pipe(orUnavailable)
+        // A value the database cannot compare names no channel.
+        const channel = yield* find(hashCredential(secret)).pipe(
+          orUnavailable,
+          Effect.catchTag("BadRequest", () => Effect.succeedNone)
+        )
         if (Option.isNone(channel) || channel.value.tenant_status !== "active") {
           return yield* new Unauthorized({ message: "invalid channel token" })
         }

@@ -27,6 +27,15 @@ const encoder = new TextEncoder()
 const truncateUtf8 = (text: string, maxBytes: number): string =>
   bytes(text) <= maxBytes ? text : text.slice(0, encoder.encodeInto(text, new Uint8Array(maxBytes)).read)
 
+/** Whether a string anywhere in a JSON value (keys included) holds U+0000, which PostgreSQL cannot store. */
+const containsNul = (value: unknown): boolean =>
+  typeof value === "string"
+    ? value.includes("\u0000")
+    : typeof value === "object" && value !== null &&
+      Object.entries(value).some(([key, item]) => key.includes("\u0000") || containsNul(item))
+
+const NUL_PROBLEM = "must not contain the NUL character (U+0000)"
+
 const isObject = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
 
 /** A posted activity as read from any API, in stored field names; every field still unchecked. */
@@ -89,7 +98,8 @@ export const checkActivity = (input: ActivityInput): Effect.Effect<CheckedActivi
     if (input.sender !== undefined && input.sender !== null) {
       if (typeof input.sender !== "string" || input.sender.length === 0 || input.sender.length > Limits.sender) {
         problems.add("sender", `must be a string of 1 to ${Limits.sender} characters`)
-      } else sender = input.sender
+      } else if (containsNul(input.sender)) problems.add("sender", NUL_PROBLEM)
+      else sender = input.sender
     }
 
     let text: string | null = null
@@ -98,16 +108,19 @@ export const checkActivity = (input: ActivityInput): Effect.Effect<CheckedActivi
       else {
         const limit = type === "messageReaction" ? Limits.reaction : Limits.text
         if (bytes(input.text) > limit) problems.add("text", `at most ${limit} bytes`)
+        if (containsNul(input.text)) problems.add("text", NUL_PROBLEM)
         text = input.text
       }
     }
 
     const attachments = checkAttachments(input.attachments, problems)
+    if (containsNul(attachments)) problems.add("attachments", NUL_PROBLEM)
 
     let metadata: Record<string, unknown> = {}
     if (input.metadata !== undefined && input.metadata !== null) {
       if (!isObject(input.metadata)) problems.add("metadata", "must be an object")
       else if (bytes(JSON.stringify(input.metadata)) > Limits.metadata) problems.add("metadata", `at most ${Limits.metadata} bytes`)
+      else if (containsNul(input.metadata)) problems.add("metadata", NUL_PROBLEM)
       else metadata = input.metadata
     }
 
@@ -132,6 +145,7 @@ export const checkActivity = (input: ActivityInput): Effect.Effect<CheckedActivi
       if (!hasPayload) problems.add("payload", "is required with message_type")
       else if (!isObject(input.payload)) problems.add("payload", "must be an object")
       else if (bytes(JSON.stringify(input.payload)) > Limits.payload) problems.add("payload", `at most ${Limits.payload} bytes`)
+      else if (containsNul(input.payload)) problems.add("payload", NUL_PROBLEM)
       else if (messageType !== null) {
         const checked = checkPayload(messageType, input.payload)
         if (Either.isLeft(checked)) checked.left.forEach((message) => problems.add("payload", message))

@@ -5,7 +5,7 @@ import { Counter } from "prom-client"
 import { awaitReply, type Reply, WorkQueue } from "../concurrency/WorkQueue.js"
 import { writerClient } from "../db/Database.js"
 import { prepared } from "../db/PreparedStatements.js"
-import { isUniqueViolation } from "../db/SqlErrors.js"
+import { isDataException, isUniqueViolation } from "../db/SqlErrors.js"
 import type { Activity, ActivityDraft } from "../domain/Activity.js"
 import { redactSensitive } from "../domain/Redaction.js"
 import { Metrics } from "../ops/Metrics.js"
@@ -235,7 +235,10 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
       return batch.filter((pending) => pending.group.deadline >= now)
     }
 
-    /** One statement for the batch; if it fails, each group alone, so one conflict fails one group. */
+    /**
+     * One statement for the batch; if a conflict or a refused value fails it, each group alone, so
+     * that one group's problem fails only that group.
+     */
     const writeBatch = (waiting: ReadonlyArray<Pending>) =>
       Effect.gen(function*() {
         const batch = inTime(waiting)
@@ -244,7 +247,8 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
         if (Either.isRight(together)) {
           return yield* Effect.forEach(batch, (pending, i) => settle(pending, together.right[i]!), { discard: true })
         }
-        if (batch.length === 1 || together.left._tag === "WriteFailed") return yield* failBatch(batch, together.left)
+        const alone = together.left._tag !== "WriteFailed" || isDataException(together.left.cause)
+        if (batch.length === 1 || !alone) return yield* failBatch(batch, together.left)
         yield* Effect.forEach(inTime(batch), (pending) =>
           writeGroups([pending.group]).pipe(
             Effect.matchEffect({

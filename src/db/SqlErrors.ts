@@ -10,3 +10,9 @@ export const isUniqueViolation = (error: SqlError) => codeOf(error) === "23505"
 
 /** The statement broke a foreign key (23503). */
 export const isForeignKeyViolation = (error: SqlError) => codeOf(error) === "23503"
+
+/**
+ * PostgreSQL refused a value of the statement (class 22, data exception: a NUL character, a date
+ * that does not exist, a number out of range). The request carried it, so retrying cannot help.
+ */
+export const isDataException = (error: SqlError) => codeOf(error)?.startsWith("22") === true

@@ -1,6 +1,7 @@
 import type { SqlError } from "@effect/sql/SqlError"
 import { type Cause, Effect, type ParseResult } from "effect"
-import { databaseUnavailable, type Unavailable } from "../domain/ApiError.js"
+import { BadRequest, databaseUnavailable, type Unavailable } from "../domain/ApiError.js"
+import { isDataException } from "./SqlErrors.js"
 
 type Infrastructure = SqlError | ParseResult.ParseError | Cause.NoSuchElementException
 
@@ -8,15 +9,24 @@ const isInfrastructure = (u: unknown): u is Infrastructure =>
   typeof u === "object" && u !== null && "_tag" in u &&
   (u._tag === "SqlError" || u._tag === "ParseError" || u._tag === "NoSuchElementException")
 
+/** A value of the request that PostgreSQL refuses to store or compare (see `isDataException`). */
+export const unstorableValue = () => new BadRequest({ message: "the request holds a value that cannot be stored" })
+
 /**
  * Maps what a repository can fail with besides domain errors: a failed statement is 503
- * `unavailable` (nothing committed), a row that breaks its schema or a missing RETURNING row is a bug.
+ * `unavailable` (nothing committed) unless the database refused a value of the request (400: a
+ * retry would fail the same way); a row that breaks its schema or a missing RETURNING row is a bug.
  */
 export const orUnavailable = <A, E, R>(
   effect: Effect.Effect<A, E, R>
-): Effect.Effect<A, Exclude<E, Infrastructure> | Unavailable, R> =>
+): Effect.Effect<A, Exclude<E, Infrastructure> | Unavailable | BadRequest, R> =>
   Effect.catchIf(
     effect,
     (e): e is Extract<E, Infrastructure> => isInfrastructure(e),
-    (e) => (e as Infrastructure)._tag === "SqlError" ? Effect.fail(databaseUnavailable()) : Effect.die(e)
-  ) as Effect.Effect<A, Exclude<E, Infrastructure> | Unavailable, R>
+    (e): Effect.Effect<never, Unavailable | BadRequest> =>
+      e._tag !== "SqlError"
+        ? Effect.die(e)
+        : isDataException(e)
+        ? Effect.fail(unstorableValue())
+        : Effect.fail(databaseUnavailable())
+  ) as Effect.Effect<A, Exclude<E, Infrastructure> | Unavailable | BadRequest, R>

@@ -95,7 +95,10 @@ export const LegacyRoutes = HttpLayerRouter.addAll(Effect.gen(function*() {
       channelId: channel.id,
       status: body.status,
       metadata: body.metadata
-    })
+    }).pipe(
+      // A value the database refuses (a NUL character in the metadata) is a bad body too.
+      Effect.catchTag("BadRequest", () => Effect.fail(new Unauthorized({ message: "invalid body: metadata cannot be stored" })))
+    )
     return HttpServerResponse.unsafeJson({ data }, { status: 201 })
   })
 

@@ -1,11 +1,14 @@
 import { Effect } from "effect"
 import { BadRequest } from "../domain/ApiError.js"
 
-/** Reads a `limit` query parameter: default when absent, capped at `max`, 400 when not a positive integer. */
+/**
+ * Reads a `limit` query parameter: default when absent, capped at `max` however many digits it has,
+ * 400 when not a positive integer.
+ */
 export const parseLimit = (raw: string | undefined, fallback: number, max: number) =>
   raw === undefined
     ? Effect.succeed(fallback)
-    : /^\d{1,9}$/.test(raw) && Number(raw) > 0
+    : /^\d+$/.test(raw) && /[1-9]/.test(raw)
     ? Effect.succeed(Math.min(Number(raw), max))
     : Effect.fail(new BadRequest({ message: "limit must be a positive integer" }))
 
@@ -15,6 +18,13 @@ export const encodeCursor = (at: string, id: string) => Buffer.from(JSON.stringi
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?Z$/
 
+/** A UTC instant in the cursor's form that exists (no 30 February, no hour 25, no year 0). */
+const isInstant = (text: string) => {
+  if (!ISO.test(text)) return false
+  const at = new Date(text)
+  return !Number.isNaN(at.getTime()) && at.getUTCFullYear() >= 1 && at.toISOString().slice(0, 19) === text.slice(0, 19)
+}
+
 /** Reads a cursor made by `encodeCursor`; 400 when it is not one. */
 export const decodeCursor = (raw: string) =>
   Effect.try({
@@ -22,7 +32,7 @@ export const decodeCursor = (raw: string) =>
     catch: () => new BadRequest({ message: "invalid cursor" })
   }).pipe(
     Effect.flatMap((value) =>
-      Array.isArray(value) && value.length === 2 && typeof value[0] === "string" && ISO.test(value[0]) &&
+      Array.isArray(value) && value.length === 2 && typeof value[0] === "string" && isInstant(value[0]) &&
         typeof value[1] === "string" && UUID.test(value[1])
         ? Effect.succeed([value[0], value[1]] as const)
         : Effect.fail(new BadRequest({ message: "invalid cursor" }))

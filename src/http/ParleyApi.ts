@@ -1,6 +1,8 @@
 import * as HttpApi from "@effect/platform/HttpApi"
 import * as OpenApi from "@effect/platform/OpenApi"
+import { BadRequest } from "../domain/ApiError.js"
 import { AdminApi } from "./AdminApi.js"
+import { envelope } from "./ErrorEnvelope.js"
 import { ConversationListApi, ConversationsApi } from "./ConversationsApi.js"
 import { ApiKeysApi } from "./ApiKeysApi.js"
 import { SettingsApi } from "./ManageApi.js"
@@ -18,6 +20,8 @@ export class ParleyApi extends HttpApi.make("parley")
   .add(ApiKeysApi)
   .add(ChannelsApi)
   .add(PublishableKeysApi)
+  // Any route may carry a value the database refuses (SqlFailure.orUnavailable): 400, not 503.
+  .addError(envelope(BadRequest))
   .annotate(OpenApi.Title, "Parley")
   .annotate(OpenApi.Version, "0.2.0")
 {}

@@ -61,7 +61,9 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
           kind: row.kind,
           scopes: row.scopes
         }))),
-        orUnavailable
+        orUnavailable,
+        // A value the database cannot compare names no key.
+        Effect.catchTag("BadRequest", () => Effect.succeedNone)
       )
 
     const listScoped = SqlSchema.findAll({
