@@ -149,8 +149,9 @@ describe("AppConfig", () => {
 
   it.effect("an optional variable set to nothing is unset (VAR= in a compose file)", () =>
     Effect.gen(function*() {
-      const config = yield* load({ DATABASE_URL: "", METRICS_TOKEN: " ", ADMIN_API_TOKEN: "", TOKEN_SIGNING_KEY: "" })
+      const config = yield* load({ DATABASE_URL: "", METRICS_TOKEN: " ", ADMIN_API_TOKEN: "", TOKEN_SIGNING_KEY: "", RATE_LIMITS: "" })
       expect(config.databaseUrl).toEqual(Option.none())
+      expect(config.rateLimits).toEqual(Option.none())
       expect(config.metricsToken).toEqual(Option.none())
       expect(config.adminApiToken).toEqual(Option.none())
       expect(config.tokenSigningKey).toEqual(Option.none())

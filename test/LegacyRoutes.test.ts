@@ -294,6 +294,10 @@ layer(
         expect(own.body.data).toMatchObject({ id: conversationId, channel_id: channel.id })
         expectDeprecated(own)
         expectError(yield* get(siblingConversation), 404, "not_found")
+        // A refused channel token was a use of the deprecated surface too.
+        const refused = yield* request("GET", `/api/v1/conversations/${conversationId}`, { headers: { "x-channel-token": "cs_unknown" } })
+        expectError(refused, 401, "unauthorized")
+        expectDeprecated(refused)
       }))
 
     it.effect("GET /conversations (K only) refuses a channel token with 403", () =>

@@ -1,9 +1,9 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { RateLimiter } from "../src/ratelimit/RateLimiter.js"
+import { pruneCounters, RateLimiter } from "../src/ratelimit/RateLimiter.js"
 import { query } from "./support/TestDatabase.js"
 import { tenantApi, tenantWithConversation } from "./support/Fixtures.js"
-import { admin, TestNodeLive } from "./support/TestNode.js"
+import { admin, createTenant, TestNodeLive } from "./support/TestNode.js"
 
 // login_account gets a day-long window: the sync test must not see its window roll over.
 const RATE_LIMITS = {
@@ -78,5 +78,59 @@ layer(TestNodeLive({ RATE_LIMITS: JSON.stringify(RATE_LIMITS) }), {
       )
       yield* Effect.sleep("400 millis")
       expect((yield* Effect.flip(limiter.consume("login_account", key, null)))._tag).toBe("RateLimited")
+    }))
+
+  it.effect("a node that first sees a key late in its window learns what the others counted before deciding", () =>
+    Effect.gen(function*() {
+      const limiter = yield* RateLimiter
+      const key = crypto.randomUUID()
+      // Another node filled today's login_account window (limit 5 a day here) hours ago.
+      const day = RATE_LIMITS.login_account.scale_ms
+      const windowStart = Math.floor(Date.now() / day) * day
+      yield* query(
+        "INSERT INTO rate_limit_counters (bucket, key, window_start, window_end, count) VALUES ('login_account', $1, $2, $3, 5)",
+        [key, windowStart, windowStart + day]
+      )
+      // Already the first decision here refuses, and so do the ones made while it was reading.
+      const first = yield* Effect.all(
+        Array.from({ length: 3 }, () => Effect.flip(limiter.consume("login_account", key, null))),
+        { concurrency: "unbounded" }
+      )
+      expect(first.map((e) => e._tag)).toEqual(["RateLimited", "RateLimited", "RateLimited"])
+    }))
+
+  it.effect("a changed tenant override is in force for the next burst after a second", () =>
+    Effect.gen(function*() {
+      const limiter = yield* RateLimiter
+      const tenant = yield* createTenant({ limits: { activity_create: { limit: 5, scale_ms: 60000 } } })
+      yield* limiter.consume("activity_create", tenant.id, tenant.id)
+      yield* admin("PATCH", `/tenants/${tenant.id}`, { tenant: { limits: { activity_create: { limit: 2, scale_ms: 60000 } } } })
+      yield* Effect.sleep("1100 millis")
+      const burst = yield* Effect.all(
+        Array.from({ length: 6 }, () => Effect.either(limiter.consume("activity_create", tenant.id, tenant.id))),
+        { concurrency: "unbounded" }
+      )
+      // One accepted before the change, one more now: the new limit of 2, not the old 5.
+      expect(burst.filter((r) => r._tag === "Right")).toHaveLength(1)
+    }))
+
+  it.effect("pruning removes windows that ended, and keeps long windows that began hours ago", () =>
+    Effect.gen(function*() {
+      const key = crypto.randomUUID()
+      const now = Date.now()
+      const rows: ReadonlyArray<readonly [string, number, number]> = [
+        ["ended", now - 3 * 3_600_000, now - 2 * 3_600_000],
+        ["long", now - 3 * 3_600_000, now + 21 * 3_600_000],
+        ["current", now - 500, now + 500]
+      ]
+      for (const [bucket, start, end] of rows) {
+        yield* query(
+          "INSERT INTO rate_limit_counters (bucket, key, window_start, window_end, count) VALUES ($1, $2, $3, $4, 1)",
+          [bucket, key, start, end]
+        )
+      }
+      yield* pruneCounters
+      const kept = yield* query<{ bucket: string }>("SELECT bucket FROM rate_limit_counters WHERE key = $1 ORDER BY bucket", [key])
+      expect(kept.map((r) => r.bucket)).toEqual(["current", "long"])
     }))
 })

@@ -49,28 +49,32 @@ const optionalRedacted = (name: string, minLength = 0) =>
     Config.map((value) => Option.filter(value, (s) => s.trim() !== "").pipe(Option.map(Redacted.make)))
   )
 
+/** `RATE_LIMITS` as read; Left is a one-line message naming the first problem. */
+const decodeRateLimits = (text: string) =>
+  Either.mapLeft(Schema.decodeUnknownEither(RateLimitTable, { onExcessProperty: "error" })(text), (error) => {
+    const first = ParseResult.ArrayFormatter.formatErrorSync(error)[0]
+    const problem = first === undefined
+      ? ""
+      : first.path.length > 0
+      ? ` (${first.path.join(".")}: ${first.message})`
+      : first._tag === "Transformation"
+      ? ` (${first.message})`
+      : ""
+    // Read through Config.option first, so the error names the variable itself.
+    return ConfigError.InvalidData(["RATE_LIMITS"], `must be a JSON object {bucket: {limit, scale_ms}} of positive integers${problem}`)
+  })
+
 /**
- * `RATE_LIMITS`: JSON `{bucket: {limit, scale_ms}}`. A misspelt bucket is an error rather than
- * silently ignored, and the message is one line naming the first problem.
+ * `RATE_LIMITS`: JSON `{bucket: {limit, scale_ms}}`; set but empty is unset, like every optional
+ * setting. A misspelt bucket is an error rather than silently ignored.
  */
 const rateLimits = Config.string("RATE_LIMITS").pipe(
-  Config.mapOrFail((text) =>
-    Either.mapLeft(Schema.decodeUnknownEither(RateLimitTable, { onExcessProperty: "error" })(text), (error) => {
-      const first = ParseResult.ArrayFormatter.formatErrorSync(error)[0]
-      const problem = first === undefined
-        ? ""
-        : first.path.length > 0
-        ? ` (${first.path.join(".")}: ${first.message})`
-        : first._tag === "Transformation"
-        ? ` (${first.message})`
-        : ""
-      // Directly on the variable, mapOrFail prefixes the name itself.
-      return ConfigError.InvalidData(
-        [],
-        `must be a JSON object {bucket: {limit, scale_ms}} of positive integers${problem}`
-      )
-    })),
-  Config.option
+  Config.option,
+  Config.map(Option.filter((text) => text.trim() !== "")),
+  Config.mapOrFail(Option.match({
+    onNone: () => Either.right(Option.none()),
+    onSome: (text) => Either.map(decodeRateLimits(text), Option.some)
+  }))
 )
 
 const port = Config.port("PORT").pipe(Config.withDefault(4000))

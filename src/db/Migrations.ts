@@ -5,13 +5,15 @@ import foundation from "../../migrations/0001_foundation.js"
 import rateLimitCounters from "../../migrations/0002_rate_limit_counters.js"
 import appendPath from "../../migrations/0003_append_path.js"
 import backgroundPurge from "../../migrations/0004_background_purge.js"
+import rateLimitWindowEnd from "../../migrations/0005_rate_limit_window_end.js"
 
 /** Every shipped migration, by name; readiness reports any that is not applied. */
 export const migrations = {
   "0001_foundation": foundation,
   "0002_rate_limit_counters": rateLimitCounters,
   "0003_append_path": appendPath,
-  "0004_background_purge": backgroundPurge
+  "0004_background_purge": backgroundPurge,
+  "0005_rate_limit_window_end": rateLimitWindowEnd
 } as const
 
 /** Applies pending migrations at start; PgMigrator locks its table, so concurrent nodes are safe. */

@@ -102,8 +102,9 @@ export const markDeprecated = (surface: string) =>
 /** Authenticates a deprecated channel token (the channel secret): every scope, but only for its own channel. */
 export const authenticateChannelToken = (tokens: ChannelTokens, token: string) =>
   Effect.gen(function*() {
-    const channel = yield* tokens.authenticate(token)
+    // Marked before the check: a refused token is a use of the deprecated surface too.
     yield* markDeprecated("x-channel-token")
+    const channel = yield* tokens.authenticate(token)
     return {
       tenantId: channel.tenant_id,
       scopes: allScopes,
