@@ -8,6 +8,7 @@ import { MAX_JSON_BODY_BYTES } from "../src/http/EdgeRules.js"
 import { RouteTableLive } from "../src/http/RouteTable.js"
 import { Lifecycle } from "../src/ops/Lifecycle.js"
 import { Metrics } from "../src/ops/Metrics.js"
+import { storedTexts, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { rawRequest } from "./support/RawHttp.js"
 import { envelope } from "./support/Envelope.js"
 import { ADMIN_TOKEN, admin, freePort, request, TestNode, TestNodeLive } from "./support/TestNode.js"
@@ -94,6 +95,33 @@ layer(TestNodeLive(), { excludeTestServices: true })("HTTP edge", (it) => {
       })
       expect(small.status).toBe(201)
       expect(JSON.parse(small.text).data.name).toBe("chunked")
+    }))
+
+  it.effect("a JSON body nested deeper than 100 levels is 400 bad_request on every route, the lean append route too", () =>
+    Effect.gen(function*() {
+      const nested = (depth: number) => "[".repeat(depth) + "]".repeat(depth)
+      const tooDeep = (field: string) => `{${field}: ${nested(3000)}}`
+      const { conversationId, key } = yield* tenantWithConversation
+      const cases = [
+        { path: "/api/v1/admin/tenants", headers: authorization, body: `{"tenant": ${tooDeep(`"name"`)}}` },
+        { path: "/api/v1/manage/channels", headers: { "x-api-key": key }, body: `{"channel": {"name": "c", "type": "echo", "config": ${tooDeep(`"x"`)}}}` },
+        { path: `/api/v1/conversations/${conversationId}/activities`, headers: { "x-api-key": key }, body: tooDeep(`"metadata"`) }
+      ]
+      for (const { body, headers, path } of cases) {
+        const reply = yield* request("POST", path, { raw: body, headers })
+        expect(reply.status, path).toBe(400)
+        expect(reply.body).toEqual(envelope("bad_request"))
+        expect(reply.body.error.message).toContain("100 levels")
+      }
+      // Brackets inside strings do not count, and 100 levels are still read.
+      const text = yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, { text: "[".repeat(500) })
+      expect(text.status).toBe(201)
+      const deepest = yield* request("POST", `/api/v1/conversations/${conversationId}/activities`, {
+        raw: `{"metadata": {"m": ${nested(98)}}}`,
+        headers: { "x-api-key": key }
+      })
+      expect(deepest.status).toBe(201)
+      expect(yield* storedTexts(conversationId)).toHaveLength(2)
     }))
 
   it.effect("x-request-id is echoed when sane, generated otherwise, and equals error.request_id", () =>

@@ -12,6 +12,9 @@ import {
   acceptsJson,
   isWireError,
   MAX_JSON_BODY_BYTES,
+  MAX_JSON_DEPTH,
+  nestsDeeperThan,
+  REQUEST_BODY_TOO_DEEP,
   REQUEST_BODY_TOO_LARGE,
   REQUEST_BODY_UNREADABLE,
   REQUEST_SHAPE_MISMATCH,
@@ -85,6 +88,9 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
 
     const answer = (request: AbandonableRequest, conversationId: string, text: string, requestId: string) =>
       Effect.suspend((): Effect.Effect<Answer> => {
+        if (nestsDeeperThan(text, MAX_JSON_DEPTH)) {
+          return Effect.succeed(failed(400, "bad_request", REQUEST_BODY_TOO_DEEP, null, requestId))
+        }
         let json: unknown
         try {
           json = text === "" ? null : JSON.parse(text)

@@ -10,6 +10,9 @@ import {
   acceptsJson,
   isWireError,
   MAX_JSON_BODY_BYTES,
+  MAX_JSON_DEPTH,
+  nestsDeeperThan,
+  REQUEST_BODY_TOO_DEEP,
   REQUEST_BODY_TOO_LARGE,
   REQUEST_BODY_UNREADABLE,
   REQUEST_SHAPE_MISMATCH,
@@ -72,6 +75,20 @@ const responseFromCause = (cause: Cause.Cause<unknown>, requestId: string, allow
 
 const decoder = new TextDecoder()
 
+/**
+ * Whether a JSON body nests too deeply for the routes to handle safely (their decoding, redaction
+ * and serialisation recurse). Reads the body first; the request keeps the text for the route, and
+ * a body that cannot be read is left for the route to answer.
+ */
+const jsonNestsTooDeep = (request: HttpServerRequest.HttpServerRequest) =>
+  request.headers["content-type"]?.toLowerCase().includes("json") !== true
+    ? Effect.succeed(false)
+    : request.text.pipe(
+      HttpServerRequest.withMaxBodySize(Option.some(MAX_JSON_BODY_BYTES)),
+      Effect.map((text) => nestsDeeperThan(text, MAX_JSON_DEPTH)),
+      Effect.orElseSucceed(() => false)
+    )
+
 /** Reads the JSON body of a response the routes built, if it has one. */
 const jsonBodyOf = (response: HttpServerResponse.HttpServerResponse): unknown => {
   if (response.body._tag !== "Uint8Array") return undefined
@@ -126,6 +143,8 @@ export const EdgeMiddleware = HttpLayerRouter.middleware(
           ? envelopeResponse(406, "not_acceptable", "this API answers JSON only", null, requestId)
           : template !== undefined && contentLength > MAX_JSON_BODY_BYTES && !template.endsWith("/upload")
           ? payloadTooLarge(requestId)
+          : template !== undefined && (yield* jsonNestsTooDeep(request))
+          ? envelopeResponse(400, "bad_request", REQUEST_BODY_TOO_DEEP, null, requestId)
           : undefined
 
         const response = early ?? (yield* httpEffect.pipe(

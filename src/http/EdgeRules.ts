@@ -36,3 +36,24 @@ export const retryAfterSeconds = (retryAfterMs: unknown): string =>
 export const REQUEST_BODY_UNREADABLE = "the request body could not be read or parsed"
 export const REQUEST_SHAPE_MISMATCH = "the request does not match the expected shape"
 export const REQUEST_BODY_TOO_LARGE = "request body too large"
+
+/** Deepest nesting of arrays and objects a JSON body may have (deeper ones could exhaust the stack). */
+export const MAX_JSON_DEPTH = 100
+export const REQUEST_BODY_TOO_DEEP = `the request body nests deeper than ${MAX_JSON_DEPTH} levels`
+
+/** Whether JSON text nests arrays and objects deeper than `max`; read before anything parses it. */
+export const nestsDeeperThan = (text: string, max: number): boolean => {
+  let depth = 0
+  let inString = false
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (inString) {
+      if (c === 92) i++ // backslash: skip the escaped character
+      else if (c === 34) inString = false
+    } else if (c === 34) inString = true
+    else if (c === 91 || c === 123) {
+      if (++depth > max) return true
+    } else if (c === 93 || c === 125) depth--
+  }
+  return false
+}
