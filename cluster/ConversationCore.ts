@@ -47,13 +47,15 @@ const statusEvent = (status: "active" | "closed", reason: "manual" | "expired"):
   source_channel_id: null
 })
 
-/** Deliveries of the inbound direction: back to the origin channel unless it only receives. */
+/**
+ * Deliveries of the inbound direction: back to the origin channel, for activities that did not come
+ * from it. The write drops them while the channel only receives (its mode is read there, as it is
+ * at that moment).
+ */
 const planDeliveries = (state: ConversationState, drafts: ReadonlyArray<ActivityDraft>): Array<PlannedDelivery> =>
-  state.origin_mode === "inbound"
-    ? []
-    : drafts
-      .filter((draft) => draft.source_channel_id !== state.origin_channel_id)
-      .map((draft) => ({ id: crypto.randomUUID(), activityId: draft.id, channelId: state.origin_channel_id }))
+  drafts
+    .filter((draft) => draft.source_channel_id !== state.origin_channel_id)
+    .map((draft) => ({ id: crypto.randomUUID(), activityId: draft.id, channelId: state.origin_channel_id }))
 
 /** How long a caller waits for its answer, and what it gets when none comes. */
 export interface AnswerWithin<E> {
@@ -136,6 +138,12 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
           state = undefined
           return yield* failAll(commands, new Moved())
         }
+        // Decisions that write nothing cannot meet the write's head check, so they are not taken
+        // on a cached state: a closed conversation may have been reopened through another owner
+        // meanwhile, and a status change may already be the conversation's status there.
+        if (state !== undefined && (state.status === "closed" || commands.some((c) => c._tag === "SetStatus"))) {
+          state = undefined
+        }
         const loaded = yield* Effect.either(loadState(commands))
         if (Either.isLeft(loaded)) return yield* failAll(commands, databaseUnavailable())
         if (Option.isNone(loaded.right)) {
@@ -190,7 +198,8 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
             }
           } else if (
             command.status === status ||
-            (command.idleSince !== null && Date.parse(current.updated_at) > Date.parse(command.idleSince))
+            // An expiry is void once anything happened since its idle mark, in this round too.
+            (command.idleSince !== null && (drafts.length > 0 || Date.parse(current.updated_at) > Date.parse(command.idleSince)))
           ) {
             command.done(Exit.succeed({ changed: false }))
           } else if (command.deadline < now) {

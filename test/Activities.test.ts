@@ -116,7 +116,9 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
           [{ sender: "bot\u0000" }, "sender"],
           [{ metadata: { "k\u0000": 1 } }, "metadata"],
           [{ attachments: [{ contentType: "text/plain", name: "\u0000" }] }, "attachments"],
-          [{ message_type: "my_widget", payload: { nested: ["\u0000"] } }, "payload"]
+          [{ message_type: "my_widget", payload: { nested: ["\u0000"] } }, "payload"],
+          [{ text: "half a pair \ud800" }, "text"],
+          [{ metadata: { k: "\udc00 alone" } }, "metadata"]
         ]
         for (const [body, field] of cases) {
           const reply = yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, body)

@@ -84,6 +84,39 @@ layer(TestNodeLive(), { excludeTestServices: true })("activity store", (it) => {
       expect(yield* storedTexts(other)).toEqual([[1, "same key, other conversation"]])
     }))
 
+  it.effect.runIf(serverUrl !== undefined)(
+    "after a failed batch statement, each group is written alone only while its own deadline allows",
+    () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const channel = yield* insertChannel(tenant.id)
+        const conversations = yield* Effect.all(Array.from({ length: 5 }, () => insertConversation(tenant.id, channel.id)))
+        const store = yield* ActivityStore
+        // Every 'slow' row takes 300 ms to insert; a re-sent draft id fails the batch statement at its end.
+        yield* query(`CREATE FUNCTION slow_row() RETURNS trigger LANGUAGE plpgsql AS $$
+          BEGIN IF NEW.text LIKE 'slow%' THEN PERFORM pg_sleep(0.3); END IF; RETURN NEW; END $$`)
+        yield* query("CREATE TRIGGER slow_rows BEFORE INSERT ON activities FOR EACH ROW EXECUTE FUNCTION slow_row()")
+        const stored = yield* store.write(group(tenant.id, conversations[4]!, 0, "stored"))
+        const resent: WriteGroup = { ...group(tenant.id, conversations[4]!, 1, "re-sent"), activities: [{ ...messageDraft("re-sent"), id: stored[0]!.id }] }
+        const deadline = Date.now() + 1500
+        const results = yield* Effect.all([
+          ...conversations.slice(0, 4).map((id, i) => Effect.either(store.write(group(tenant.id, id, 0, `slow ${i}`, deadline)))),
+          Effect.either(store.write(resent))
+        ], { concurrency: "unbounded" }).pipe(
+          Effect.ensuring(query("DROP TRIGGER slow_rows ON activities; DROP FUNCTION slow_row()").pipe(Effect.orDie))
+        )
+        // The batch statement took 1.2 s; alone, the groups start at 1.2, 1.5, 1.8 and 2.1 s: two at most
+        // can start before 1.5 s, the others are answered TooLate and stay unwritten.
+        const written = results.slice(0, 4).filter(Either.isRight)
+        expect(written.length).toBeLessThanOrEqual(2)
+        for (const result of results.slice(0, 4)) {
+          if (Either.isLeft(result)) expect(result.left._tag).toBe("TooLate")
+        }
+        const rows = yield* query<{ n: string }>("SELECT count(*) AS n FROM activities WHERE text LIKE 'slow%'")
+        expect(Number(rows[0]!.n)).toBe(written.length)
+      })
+  )
+
   it.effect("a group whose deadline passed before its statement is not written (TooLate)", () =>
     Effect.gen(function*() {
       const tenant = yield* createTenant()

@@ -1,7 +1,8 @@
 import { expect, layer } from "@effect/vitest"
-import { Effect } from "effect"
+import { SqlClient } from "@effect/sql"
+import { Effect, Fiber } from "effect"
 import { ConversationEntity } from "../cluster/ConversationEntity.js"
-import { query } from "./support/TestDatabase.js"
+import { query, serverUrl } from "./support/TestDatabase.js"
 import { messageDraft, storedTexts, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { TestNodeLive } from "./support/TestNode.js"
 
@@ -95,4 +96,75 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
       expect(listed.body.data).toEqual([reply.body.data])
       expect(deliveries[0]!.payload).toEqual({ ...reply.body.data, metadata: { api_key: "[REDACTED]", note: "kept" } })
     }))
+
+  it.effect("a closed conversation reopened through another owner takes appends again", () =>
+    Effect.gen(function*() {
+      const { conversationId, key, tenant } = yield* tenantWithConversation
+      expect((yield* tenantApi(key, "POST", `/conversations/${conversationId}/close`)).status).toBe(200)
+      // Another owner for a moment reopened it: its event and status, behind this entity's back.
+      yield* query(
+        `INSERT INTO activities (conversation_id, seq, id, tenant_id, type, sender, metadata)
+         VALUES ($1, 2, $2, $3, 'conversationUpdate', 'system', '{"event":"conversation_reopened","status":"active","reason":"manual"}')`,
+        [conversationId, crypto.randomUUID(), tenant.id]
+      )
+      yield* query("UPDATE conversations SET head_seq = 2, status = 'active', closed_at = NULL WHERE id = $1", [conversationId])
+      const reply = yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, { text: "back" })
+      expect(reply.status).toBe(201)
+      expect(reply.body.data.seq).toBe(3)
+      const closed = yield* tenantApi(key, "POST", `/conversations/${conversationId}/close`)
+      expect(closed.body.data.status).toBe("closed")
+    }))
+
+  it.effect("deliveries follow the origin channel's mode as it is when the activity is written", () =>
+    Effect.gen(function*() {
+      const { channel, conversationId, key } = yield* tenantWithConversation
+      const post = (text: string) => tenantApi(key, "POST", `/conversations/${conversationId}/activities`, { text })
+      const planned = Effect.map(
+        query<{ n: string }>("SELECT count(*) AS n FROM deliveries WHERE conversation_id = $1", [conversationId]),
+        (rows) => Number(rows[0]!.n)
+      )
+      yield* post("duplex")
+      expect(yield* planned).toBe(1)
+      yield* query("UPDATE channels SET mode = 'inbound' WHERE id = $1", [channel.id])
+      yield* post("inbound only")
+      expect(yield* planned).toBe(1)
+      yield* query("UPDATE channels SET mode = 'duplex' WHERE id = $1", [channel.id])
+      yield* post("duplex again")
+      expect(yield* planned).toBe(2)
+    }))
+
+  it.effect.runIf(serverUrl !== undefined)(
+    "an expiry decided in the same round as an append is void: the conversation stays open",
+    () =>
+      Effect.gen(function*() {
+        const { conversationId, tenant } = yield* tenantWithConversation
+        const sql = yield* SqlClient.SqlClient
+        const entity = yield* ConversationEntity.client
+        const deadline = () => Date.now() + 5000
+        const append = (text: string) =>
+          entity(conversationId).Append({ tenantId: tenant.id, draft: messageDraft(text), deadline: deadline() })
+        // The first append's write waits for the row lock, so the next two commands share a round.
+        const [first, second, expiry] = yield* sql.withTransaction(Effect.gen(function*() {
+          yield* sql`SELECT 1 FROM conversations WHERE id = ${conversationId} FOR UPDATE`
+          const first = yield* Effect.fork(append("first"))
+          yield* Effect.sleep("300 millis")
+          const second = yield* Effect.fork(append("I am here"))
+          yield* Effect.sleep("300 millis")
+          const idleSince = new Date().toISOString()
+          const expiry = yield* Effect.fork(entity(conversationId).SetStatus({
+            tenantId: tenant.id,
+            status: "closed",
+            reason: "expired",
+            idleSince,
+            deadline: deadline()
+          }))
+          yield* Effect.sleep("300 millis")
+          return [first, second, expiry] as const
+        }))
+        expect((yield* Fiber.join(first)).seq).toBe(1)
+        expect((yield* Fiber.join(second)).seq).toBe(2)
+        expect(yield* Fiber.join(expiry)).toEqual({ changed: false })
+        expect(yield* storedTexts(conversationId)).toEqual([[1, "first"], [2, "I am here"]])
+      })
+  )
 })

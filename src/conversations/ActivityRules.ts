@@ -27,14 +27,17 @@ const encoder = new TextEncoder()
 const truncateUtf8 = (text: string, maxBytes: number): string =>
   bytes(text) <= maxBytes ? text : text.slice(0, encoder.encodeInto(text, new Uint8Array(maxBytes)).read)
 
-/** Whether a string anywhere in a JSON value (keys included) holds U+0000, which PostgreSQL cannot store. */
-const containsNul = (value: unknown): boolean =>
-  typeof value === "string"
-    ? value.includes("\u0000")
-    : typeof value === "object" && value !== null &&
-      Object.entries(value).some(([key, item]) => key.includes("\u0000") || containsNul(item))
+/** U+0000, or half of a surrogate pair: PostgreSQL stores neither in text or jsonb. */
+const UNSTORABLE = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
 
-const NUL_PROBLEM = "must not contain the NUL character (U+0000)"
+/** Whether a string anywhere in a JSON value (keys included) holds a character PostgreSQL cannot store. */
+const containsUnstorable = (value: unknown): boolean =>
+  typeof value === "string"
+    ? UNSTORABLE.test(value)
+    : typeof value === "object" && value !== null &&
+      Object.entries(value).some(([key, item]) => UNSTORABLE.test(key) || containsUnstorable(item))
+
+const UNSTORABLE_PROBLEM = "must be Unicode text without U+0000 or unpaired surrogates"
 
 const isObject = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
 
@@ -98,7 +101,7 @@ export const checkActivity = (input: ActivityInput): Effect.Effect<CheckedActivi
     if (input.sender !== undefined && input.sender !== null) {
       if (typeof input.sender !== "string" || input.sender.length === 0 || input.sender.length > Limits.sender) {
         problems.add("sender", `must be a string of 1 to ${Limits.sender} characters`)
-      } else if (containsNul(input.sender)) problems.add("sender", NUL_PROBLEM)
+      } else if (containsUnstorable(input.sender)) problems.add("sender", UNSTORABLE_PROBLEM)
       else sender = input.sender
     }
 
@@ -108,19 +111,19 @@ export const checkActivity = (input: ActivityInput): Effect.Effect<CheckedActivi
       else {
         const limit = type === "messageReaction" ? Limits.reaction : Limits.text
         if (bytes(input.text) > limit) problems.add("text", `at most ${limit} bytes`)
-        if (containsNul(input.text)) problems.add("text", NUL_PROBLEM)
+        if (containsUnstorable(input.text)) problems.add("text", UNSTORABLE_PROBLEM)
         text = input.text
       }
     }
 
     const attachments = checkAttachments(input.attachments, problems)
-    if (containsNul(attachments)) problems.add("attachments", NUL_PROBLEM)
+    if (containsUnstorable(attachments)) problems.add("attachments", UNSTORABLE_PROBLEM)
 
     let metadata: Record<string, unknown> = {}
     if (input.metadata !== undefined && input.metadata !== null) {
       if (!isObject(input.metadata)) problems.add("metadata", "must be an object")
       else if (bytes(JSON.stringify(input.metadata)) > Limits.metadata) problems.add("metadata", `at most ${Limits.metadata} bytes`)
-      else if (containsNul(input.metadata)) problems.add("metadata", NUL_PROBLEM)
+      else if (containsUnstorable(input.metadata)) problems.add("metadata", UNSTORABLE_PROBLEM)
       else metadata = input.metadata
     }
 
@@ -145,7 +148,7 @@ export const checkActivity = (input: ActivityInput): Effect.Effect<CheckedActivi
       if (!hasPayload) problems.add("payload", "is required with message_type")
       else if (!isObject(input.payload)) problems.add("payload", "must be an object")
       else if (bytes(JSON.stringify(input.payload)) > Limits.payload) problems.add("payload", `at most ${Limits.payload} bytes`)
-      else if (containsNul(input.payload)) problems.add("payload", NUL_PROBLEM)
+      else if (containsUnstorable(input.payload)) problems.add("payload", UNSTORABLE_PROBLEM)
       else if (messageType !== null) {
         const checked = checkPayload(messageType, input.payload)
         if (Either.isLeft(checked)) checked.left.forEach((message) => problems.add("payload", message))

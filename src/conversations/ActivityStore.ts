@@ -192,6 +192,7 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
             FROM jsonb_to_recordset(${JSON.stringify(planned)}::jsonb)
                  AS t(id uuid, tenant_id uuid, activity_id uuid, conversation_id uuid, channel_id uuid, payload jsonb)
             WHERE t.conversation_id IN (SELECT id FROM moved)
+              AND EXISTS (SELECT 1 FROM channels ch WHERE ch.id = t.channel_id AND ch.mode <> 'inbound')
           )${marks}
           SELECT moved.id, clock.at, false AS key_taken FROM moved, clock
           UNION ALL
@@ -249,12 +250,15 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
         }
         const alone = together.left._tag !== "WriteFailed" || isDataException(together.left.cause)
         if (batch.length === 1 || !alone) return yield* failBatch(batch, together.left)
-        yield* Effect.forEach(inTime(batch), (pending) =>
-          writeGroups([pending.group]).pipe(
-            Effect.matchEffect({
-              onFailure: (error) => failBatch([pending], error),
-              onSuccess: ([result]) => settle(pending, result!)
-            })
+        // Each group's deadline is checked when its own statement starts, not once for all.
+        yield* Effect.forEach(batch, (pending) =>
+          Effect.suspend(() =>
+            inTime([pending]).length === 0 ? Effect.void : writeGroups([pending.group]).pipe(
+              Effect.matchEffect({
+                onFailure: (error) => failBatch([pending], error),
+                onSuccess: ([result]) => settle(pending, result!)
+              })
+            )
           ), { discard: true })
       })
 

@@ -7,8 +7,7 @@ export const ConversationState = Schema.Struct({
   status: Schema.Literal("active", "closed"),
   head_seq: Schema.NumberFromString,
   updated_at: Schema.String,
-  origin_channel_id: Schema.String,
-  origin_mode: Schema.Literal("inbound", "outbound", "duplex")
+  origin_channel_id: Schema.String
 })
 export type ConversationState = typeof ConversationState.Type
 
@@ -20,9 +19,8 @@ export class ConversationStateRepo extends Effect.Service<ConversationStateRepo>
       Request: Schema.String,
       Result: ConversationState,
       execute: (id) =>
-        sql`SELECT c.tenant_id, c.status, c.head_seq, c.updated_at, c.origin_channel_id, ch.mode AS origin_mode
-            FROM conversations c JOIN channels ch ON ch.id = c.origin_channel_id
-            WHERE c.id = ${id}`
+        sql`SELECT c.tenant_id, c.status, c.head_seq, c.updated_at, c.origin_channel_id
+            FROM conversations c WHERE c.id = ${id}`
     })
     return { load } as const
   })

@@ -51,11 +51,13 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
         }
       })
 
+    // `last` moves before the publish: a listener that subscribes in between reads the activity
+    // from the table (it is committed) instead of missing it in both places.
     const publishNext = (topic: Feed, activity: Activity) =>
       topic.publishing.withPermits(1)(Ref.get(topic.last).pipe(
         Effect.flatMap((last) =>
           activity.seq === last + 1
-            ? PubSub.publish(topic.pubsub, activity).pipe(Effect.zipRight(Ref.set(topic.last, activity.seq)))
+            ? Ref.set(topic.last, activity.seq).pipe(Effect.zipRight(PubSub.publish(topic.pubsub, activity)))
             : Effect.void
         )
       ))
@@ -146,8 +148,10 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
      * Every activity of the conversation with seq above `fromSeq`, in order, without end: stored
      * ones first, then live ones as they are committed anywhere in the cluster.
      */
-    const subscribe = (conversationId: string, fromSeq: number): Stream.Stream<Activity, Unavailable> =>
+    const subscribe = (id: string, fromSeq: number): Stream.Stream<Activity, Unavailable> =>
       Stream.unwrapScoped(Effect.gen(function*() {
+        // One topic and one entity per conversation, however the caller spelled its id.
+        const conversationId = id.toLowerCase()
         const topic = yield* Effect.acquireRelease(acquire(conversationId), () => release(conversationId))
         const live = yield* PubSub.subscribe(topic.pubsub)
         const upTo = yield* Ref.get(topic.last)
