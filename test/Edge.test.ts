@@ -3,6 +3,7 @@ import { NodeHttpServer } from "@effect/platform-node"
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Effect, Layer, Logger } from "effect"
 import { createServer } from "node:http"
+import { connect } from "node:net"
 import { EdgeMiddleware } from "../src/http/EdgeMiddleware.js"
 import { MAX_JSON_BODY_BYTES } from "../src/http/EdgeRules.js"
 import { RouteTableLive } from "../src/http/RouteTable.js"
@@ -122,6 +123,25 @@ layer(TestNodeLive(), { excludeTestServices: true })("HTTP edge", (it) => {
       })
       expect(deepest.status).toBe(201)
       expect(yield* storedTexts(conversationId)).toHaveLength(2)
+    }))
+
+  it.effect("a request the HTTP parser refuses gets the envelope too, then the connection closes", () =>
+    Effect.gen(function*() {
+      const { baseUrl } = yield* TestNode
+      const { hostname, port } = new URL(baseUrl)
+      const reply = yield* Effect.async<string>((resume) => {
+        const socket = connect(Number(port), hostname)
+        let text = ""
+        socket.on("data", (chunk) => (text += chunk.toString()))
+        socket.on("close", () => resume(Effect.succeed(text)))
+        socket.write("GET /health/live HTTP/1.1\r\nhost: x\r\nx-idempotency-key: a\u0001b\r\n\r\n")
+      })
+      const [head, body] = reply.split("\r\n\r\n")
+      expect(head).toMatch(/^HTTP\/1\.1 400 /)
+      expect(head).toMatch(/connection: close/i)
+      const parsed = JSON.parse(body!)
+      expect(parsed).toEqual(envelope("bad_request"))
+      expect(head).toContain(`x-request-id: ${parsed.error.request_id}`)
     }))
 
   it.effect("x-request-id is echoed when sane, generated otherwise, and equals error.request_id", () =>

@@ -28,6 +28,8 @@ const types: Pg.CustomTypesConfig = {
 }
 
 const POOL_SIZE = 10
+/** A connection that cannot be opened in this time fails its request (503) instead of holding it. */
+const CONNECT_TIMEOUT_MS = 5000
 // PGlite runs every connection in one session, so concurrent transactions would interleave in it:
 // one connection makes the pool serialise them.
 const EMBEDDED_POOL_SIZE = 1
@@ -104,7 +106,11 @@ const PoolLive = Layer.scoped(
   Effect.gen(function*() {
     const config = yield* AppConfig
     if (Option.isSome(config.databaseUrl)) {
-      const pool = yield* acquirePool({ ...serverOptions(config, config.databaseUrl.value), max: POOL_SIZE })
+      const pool = yield* acquirePool({
+        ...serverOptions(config, config.databaseUrl.value),
+        max: POOL_SIZE,
+        connectionTimeoutMillis: CONNECT_TIMEOUT_MS
+      })
       return { pool, embedded: false }
     }
     const port = yield* embeddedServer(config.dataDir)
@@ -141,6 +147,8 @@ export const writerClient = (connections: number, statementTimeoutMs: number) =>
     const pool = yield* acquirePool({
       ...serverOptions(config, config.databaseUrl.value),
       max: connections,
+      // A batch waits for a new connection no longer than a statement may run.
+      connectionTimeoutMillis: statementTimeoutMs,
       statement_timeout: statementTimeoutMs,
       options: "-c enable_seqscan=off -c plan_cache_mode=force_generic_plan"
     })

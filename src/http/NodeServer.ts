@@ -1,4 +1,5 @@
 import { IncomingMessage, Server, type ServerResponse } from "node:http"
+import type { Duplex } from "node:stream"
 
 /**
  * A request whose body is abandoned rather than destroyed. The platform stops reading a body over
@@ -17,6 +18,30 @@ export class AbandonableRequest extends IncomingMessage {
   }
 }
 
+/** Status and code for a request Node's parser refused, as Node itself would answer it. */
+const clientErrorAnswer = (code: string | undefined) =>
+  code === "HPE_HEADER_OVERFLOW"
+    ? { status: "431 Request Header Fields Too Large", code: "headers_too_large", message: "request headers too large" }
+    : code === "ERR_HTTP_REQUEST_TIMEOUT"
+    ? { status: "408 Request Timeout", code: "request_timeout", message: "the request did not arrive in time" }
+    : { status: "400 Bad Request", code: "bad_request", message: "the request could not be parsed" }
+
+/**
+ * A request the HTTP parser refused (a control character in a header, a malformed line) gets the
+ * error envelope like every other error, instead of Node's bare status line; then the connection
+ * closes, since the rest of its bytes cannot be trusted.
+ */
+const answerClientError = (error: Error & { readonly code?: string }, socket: Duplex) => {
+  if (error.code === "ECONNRESET" || !socket.writable) return socket.destroy()
+  const requestId = crypto.randomUUID()
+  const answer = clientErrorAnswer(error.code)
+  const body = JSON.stringify({ error: { code: answer.code, message: answer.message, details: null, request_id: requestId } })
+  socket.end(
+    `HTTP/1.1 ${answer.status}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
+      `x-request-id: ${requestId}\r\nconnection: close\r\n\r\n${body}`
+  )
+}
+
 /** Answers a request itself and returns true, or returns false to leave it to the router. */
 export type RequestClaim = (request: AbandonableRequest, response: ServerResponse) => boolean
 
@@ -27,6 +52,7 @@ export type RequestClaim = (request: AbandonableRequest, response: ServerRespons
 class NodeServer extends Server<typeof AbandonableRequest> {
   constructor(private readonly claim: RequestClaim) {
     super({ IncomingMessage: AbandonableRequest })
+    this.on("clientError", answerClientError)
   }
 
   override emit(event: string, ...args: Array<unknown>): boolean {
