@@ -282,7 +282,10 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
       return Effect.sync(() => (wakeCore = undefined))
     })
 
-    yield* Effect.forkScoped(Effect.forever(Effect.flatMap(nextBatch, runRound)))
+    // Commands taken from the inbox are always run (and so answered): no interruption in between.
+    yield* Effect.forkScoped(
+      Effect.forever(Effect.uninterruptibleMask((restore) => Effect.flatMap(restore(nextBatch), runRound)))
+    )
     yield* Effect.addFinalizer(() => failAll(inbox.splice(0), new Moved()))
 
     const enqueue = (command: Command) => {

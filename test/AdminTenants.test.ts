@@ -97,6 +97,44 @@ layer(TestNodeLive({ TRUSTED_PROXIES: "127.0.0.1/32" }), { excludeTestServices: 
         expect((yield* admin("GET", `/tenants/${tenant.id}`)).body.data.retention_days).toBe(41)
       }))
 
+    it.effect("a repeated PUT or PATCH is idempotent: same updated_at and ETag, so a retry with If-Match is 200", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const etag = (yield* admin("GET", `/tenants/${tenant.id}`)).headers.get("etag")!
+        const fields = { name: "Renamed", tier: "bulk", status: "active", alert_webhook_url: null, limits: {} }
+        const first = yield* admin("PUT", `/tenants/${tenant.id}`, { tenant: fields }, { "if-match": etag })
+        expect(first.status).toBe(200)
+        const tag = first.headers.get("etag")!
+        expect(tag).not.toBe(etag)
+        yield* Effect.sleep("20 millis")
+        for (const method of ["PUT", "PATCH"]) {
+          const retried = yield* admin(method, `/tenants/${tenant.id}`, { tenant: fields }, { "if-match": tag })
+          expect(retried.status, method).toBe(200)
+          expect(retried.body.data, method).toEqual(first.body.data)
+          expect(retried.headers.get("etag"), method).toBe(tag)
+        }
+        const stale = yield* admin("PATCH", `/tenants/${tenant.id}`, { tenant: fields }, { "if-match": etag })
+        expect(stale.status).toBe(412)
+        if (serverUrl !== undefined) {
+          const audits = yield* query("SELECT action FROM audit_log WHERE resource_id = $1 AND action = 'tenant.updated'", [
+            tenant.id
+          ])
+          expect(audits).toHaveLength(1)
+        }
+      }))
+
+    it.effect("rotate_api_key answers with the tenant's ETag, the one GET gives", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const rotated = yield* admin("POST", `/tenants/${tenant.id}/rotate_api_key`)
+        expect(rotated.status).toBe(200)
+        const got = yield* admin("GET", `/tenants/${tenant.id}`)
+        expect(rotated.headers.get("etag")).toMatch(/^".+"$/)
+        expect(rotated.headers.get("etag")).toBe(got.headers.get("etag"))
+        const { api_key: _key, ...shown } = rotated.body.data
+        expect(shown).toEqual(got.body.data)
+      }))
+
     it.effect("invalid limits reject the whole update", () =>
       Effect.gen(function*() {
         const tenant = yield* createTenant()

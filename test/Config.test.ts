@@ -25,6 +25,44 @@ const namedVariables = (error: ConfigError.ConfigError): ReadonlyArray<string> =
   }
 }
 
+/** Every variable AppConfig reads. */
+const variables = [
+  "PORT",
+  "HOST",
+  "DATABASE_URL",
+  "DATA_DIR",
+  "ADMIN_API_TOKEN",
+  "ADMIN_IP_ALLOWLIST",
+  "TRUSTED_PROXIES",
+  "TOKEN_SIGNING_KEY",
+  "TOKEN_TTL_SECONDS",
+  "TOKEN_ROTATION_GRACE_SECONDS",
+  "LEGACY_TOKEN_TTL_SECONDS",
+  "PUBLISHABLE_RESUME_TTL_SECONDS",
+  "API_KEY_ROTATION_GRACE_SECONDS",
+  "CONVERSATION_IDLE_CLOSE_SECONDS",
+  "CONVERSATION_EXPIRY_CHECK_SECONDS",
+  "PURGE_INTERVAL_SECONDS",
+  "SSE_HEARTBEAT_MS",
+  "SOCKET_IDLE_TIMEOUT_MS",
+  "RATE_LIMITS",
+  "RATE_LIMIT_SYNC_MS",
+  "WEBHOOK_ALLOWED_HOSTS",
+  "UPLOAD_MAX_BYTES",
+  "CHANNEL_HEALTH_INTERVAL_SECONDS",
+  "DRAIN_REFUSE_MS",
+  "DRAIN_BATCH_SIZE",
+  "DRAIN_BATCH_INTERVAL_MS",
+  "DRAIN_MAX_MS",
+  "METRICS_TOKEN",
+  "LOG_LEVEL",
+  "LOG_FORMAT",
+  "CLUSTER_RUNNER_HOST",
+  "CLUSTER_RUNNER_PORT",
+  "CLUSTER_SHARD_LOCK_EXPIRATION_MS",
+  "CLUSTER_ENTITY_TERMINATION_TIMEOUT_MS"
+]
+
 describe("AppConfig", () => {
   it.effect("every variable of CONTRACT §1 has its default", () =>
     Effect.gen(function*() {
@@ -157,6 +195,67 @@ describe("AppConfig", () => {
       expect(config.tokenSigningKey).toEqual(Option.none())
     }))
 
+  it.effect("every variable set to nothing or blanks takes its default (Number(\"\") is not 0)", () =>
+    Effect.gen(function*() {
+      const defaults = yield* load({})
+      for (const blank of ["", "  "]) {
+        const config = yield* load(Object.fromEntries(variables.map((name) => [name, blank])))
+        expect({ ...config, adminIpAllowlist: ranges(config.adminIpAllowlist) }).toEqual({
+          ...defaults,
+          adminIpAllowlist: ranges(defaults.adminIpAllowlist)
+        })
+      }
+      const config = yield* load({
+        API_KEY_ROTATION_GRACE_SECONDS: "",
+        DRAIN_REFUSE_MS: "",
+        TOKEN_ROTATION_GRACE_SECONDS: "",
+        DRAIN_BATCH_INTERVAL_MS: "",
+        TOKEN_TTL_SECONDS: "",
+        PORT: "4100",
+        CLUSTER_RUNNER_PORT: ""
+      })
+      expect(config).toMatchObject({
+        apiKeyRotationGraceSeconds: 86400,
+        drainRefuseMs: 5000,
+        tokenRotationGraceSeconds: 30,
+        drainBatchIntervalMs: 1000,
+        tokenTtlSeconds: 1800,
+        clusterRunnerPort: 5100
+      })
+    }))
+
+  it.effect("the largest values allowed are read, and PostgreSQL URLs in the forms pg takes", () =>
+    Effect.gen(function*() {
+      const config = yield* load({
+        DRAIN_MAX_MS: "2147483647",
+        API_KEY_ROTATION_GRACE_SECONDS: "315360000",
+        CONVERSATION_IDLE_CLOSE_SECONDS: "315360000",
+        CONVERSATION_EXPIRY_CHECK_SECONDS: "2147483",
+        UPLOAD_MAX_BYTES: "1000000000",
+        DRAIN_BATCH_SIZE: "1000000",
+        PORT: "64535"
+      })
+      expect(config).toMatchObject({
+        drainMaxMs: 2147483647,
+        apiKeyRotationGraceSeconds: 315360000,
+        conversationIdleCloseSeconds: 315360000,
+        conversationExpiryCheckSeconds: 2147483,
+        uploadMaxBytes: 1000000000,
+        drainBatchSize: 1000000,
+        clusterRunnerPort: 65535
+      })
+      expect((yield* load({ PORT: "65000", CLUSTER_RUNNER_PORT: "6000" })).clusterRunnerPort).toBe(6000)
+      for (
+        const url of [
+          "postgresql://u:p@db:5432/parley?sslmode=require",
+          "postgres:///parley?host=/var/run/postgresql",
+          "postgres://u@/parley?host=/var/run/postgresql"
+        ]
+      ) {
+        expect(Option.map((yield* load({ DATABASE_URL: url })).databaseUrl, Redacted.value)).toEqual(Option.some(url))
+      }
+    }))
+
   const invalid: ReadonlyArray<readonly [string, Record<string, string>]> = [
     ["PORT", { PORT: "abc" }],
     ["PORT", { PORT: "70000" }],
@@ -174,7 +273,33 @@ describe("AppConfig", () => {
     ["RATE_LIMITS", { RATE_LIMITS: "{\"uplaod\":{\"limit\":1,\"scale_ms\":1000}}" }],
     ["LOG_LEVEL", { LOG_LEVEL: "loud" }],
     ["LOG_FORMAT", { LOG_FORMAT: "xml" }],
-    ["CLUSTER_RUNNER_PORT", { CLUSTER_RUNNER_PORT: "x" }]
+    ["CLUSTER_RUNNER_PORT", { CLUSTER_RUNNER_PORT: "x" }],
+    ["CLUSTER_RUNNER_PORT", { CLUSTER_RUNNER_PORT: "0" }],
+    // The derived runner port would be 66000.
+    ["CLUSTER_RUNNER_PORT", { PORT: "65000" }],
+    ["PORT", { PORT: "1.5" }],
+    ["DRAIN_REFUSE_MS", { DRAIN_REFUSE_MS: "-5" }],
+    // Above setTimeout's limit, a timer fires at once (Node) or never (Effect).
+    ["DRAIN_MAX_MS", { DRAIN_MAX_MS: "10000000000" }],
+    ["DRAIN_MAX_MS", { DRAIN_MAX_MS: "2147483648" }],
+    ["SSE_HEARTBEAT_MS", { SSE_HEARTBEAT_MS: "2147483648" }],
+    ["CLUSTER_SHARD_LOCK_EXPIRATION_MS", { CLUSTER_SHARD_LOCK_EXPIRATION_MS: "2147483648" }],
+    // Added to now, these would not be timestamps (PostgreSQL "timestamp out of range", RangeError).
+    ["API_KEY_ROTATION_GRACE_SECONDS", { API_KEY_ROTATION_GRACE_SECONDS: "10000000000000" }],
+    ["CONVERSATION_IDLE_CLOSE_SECONDS", { CONVERSATION_IDLE_CLOSE_SECONDS: "10000000000000" }],
+    ["TOKEN_TTL_SECONDS", { TOKEN_TTL_SECONDS: "315360001" }],
+    // Check intervals are timers: at most 2147483 seconds.
+    ["CONVERSATION_EXPIRY_CHECK_SECONDS", { CONVERSATION_EXPIRY_CHECK_SECONDS: "2147484" }],
+    ["PURGE_INTERVAL_SECONDS", { PURGE_INTERVAL_SECONDS: "3000000" }],
+    ["UPLOAD_MAX_BYTES", { UPLOAD_MAX_BYTES: "1000000001" }],
+    ["DRAIN_BATCH_SIZE", { DRAIN_BATCH_SIZE: "1000001" }],
+    ["DATABASE_URL", { DATABASE_URL: "mysql://x" }],
+    ["DATABASE_URL", { DATABASE_URL: "notaurl" }],
+    ["DATABASE_URL", { DATABASE_URL: "postgres://u:p@db:port/parley" }],
+    // Compared with the one word after `Bearer`: a token with a space could never match.
+    ["ADMIN_API_TOKEN", { ADMIN_API_TOKEN: `${"a".repeat(20)} ${"b".repeat(20)}` }],
+    ["ADMIN_API_TOKEN", { ADMIN_API_TOKEN: `${"a".repeat(32)}\n` }],
+    ["METRICS_TOKEN", { METRICS_TOKEN: "metrics secret" }]
   ]
   for (const [variable, env] of invalid) {
     it.effect(`${variable}=${Object.values(env)[0]} fails naming ${variable}`, () =>
@@ -184,6 +309,21 @@ describe("AppConfig", () => {
         expect(String(error)).not.toContain("\n")
       }))
   }
+
+  it.effect("a refused DATABASE_URL is not echoed: it may hold a password", () =>
+    Effect.gen(function*() {
+      const error = yield* Effect.flip(load({ DATABASE_URL: "mysql://parley:hunter2@db/parley" }))
+      expect(String(error)).toContain("must be a postgres:// or postgresql:// URL")
+      expect(String(error)).not.toContain("hunter2")
+    }))
+
+  it.effect("out of range values are refused with the allowed range", () =>
+    Effect.gen(function*() {
+      expect(String(yield* Effect.flip(load({ DRAIN_MAX_MS: "10000000000" })))).toContain(
+        "must be an integer from 1 to 2147483647"
+      )
+      expect(String(yield* Effect.flip(load({ PORT: "65000" })))).toContain("CLUSTER_RUNNER_PORT")
+    }))
 
   it.live("the process refuses to start with one stderr line naming the variable, exit 1", () =>
     Effect.gen(function*() {

@@ -146,6 +146,15 @@ layer(TestNodeLive(), { excludeTestServices: true })("scoped API keys", (it) => 
       ["an expires_at of now", { scopes: ["read"], expires_at: new Date().toISOString() }, "expires_at"],
       ["an expires_at that is not ISO 8601", { scopes: ["read"], expires_at: "next tuesday" }, "expires_at"],
       ["an expires_at date without a time", { scopes: ["read"], expires_at: "2999-01-01" }, "expires_at"],
+      // Date.parse rolls these over (31 February is 3 March) or ignores what follows the date.
+      ["an expires_at on 31 February", { scopes: ["read"], expires_at: "2030-02-31T00:00:00Z" }, "expires_at"],
+      ["an expires_at on 29 February of a common year", { scopes: ["read"], expires_at: "2031-02-29T00:00:00Z" }, "expires_at"],
+      ["an expires_at in month 13", { scopes: ["read"], expires_at: "2030-13-01T00:00:00Z" }, "expires_at"],
+      ["an expires_at at hour 24", { scopes: ["read"], expires_at: "2030-01-01T24:00:00Z" }, "expires_at"],
+      ["an expires_at at second 60", { scopes: ["read"], expires_at: "2030-01-01T00:00:60Z" }, "expires_at"],
+      ["an expires_at with offset +24:00", { scopes: ["read"], expires_at: "2030-01-01T00:00:00+24:00" }, "expires_at"],
+      ["an expires_at with a trailing NUL", { scopes: ["read"], expires_at: "2030-01-01T00:00:00Z\u0000" }, "expires_at"],
+      ["an expires_at without an offset", { scopes: ["read"], expires_at: "2030-01-01T00:00:00" }, "expires_at"],
       ["no scopes", { scopes: [] }, "scopes"],
       ["a missing scopes field", {}, "scopes"],
       ["an unknown scope", { scopes: ["read", "admin"] }, "scopes"],
@@ -162,6 +171,33 @@ layer(TestNodeLive(), { excludeTestServices: true })("scoped API keys", (it) => 
           expect(yield* keyCount(tenant.id)).toBe(0)
         }))
     }
+
+    it.effect("an expires_at with an offset, a fraction, no seconds or on a leap day names that instant", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const cases: ReadonlyArray<readonly [string, string]> = [
+          ["2032-02-29T00:00:00Z", "2032-02-29T00:00:00.000Z"],
+          ["2030-01-01T01:30:00+01:30", "2030-01-01T00:00:00.000Z"],
+          ["2030-12-31T23:59:59.123456-23:59", "2031-01-01T23:58:59.123Z"],
+          ["2030-06-01T12:30Z", "2030-06-01T12:30:00.000Z"]
+        ]
+        for (const [sent, instant] of cases) {
+          const key = yield* issue(tenant.api_key, { scopes: ["read"], expires_at: sent })
+          expect(new Date(key["expires_at"] as string).toISOString(), sent).toBe(instant)
+        }
+      }))
+
+    stored("the admin API refuses an impossible expires_at too", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const reply = yield* admin("POST", `/tenants/${tenant.id}/api_keys`, {
+          api_key: { name: "k", scopes: ["read"], expires_at: "2030-02-31T00:00:00Z" }
+        })
+        expect(reply.status).toBe(422)
+        expect(reply.body.error.code).toBe("validation_failed")
+        expect(Object.keys(reply.body.error.details)).toEqual(["expires_at"])
+        expect(yield* keyCount(tenant.id)).toBe(0)
+      }))
 
     stored("bad JSON, wrong types and malformed ids are 400 and change nothing", () =>
       Effect.gen(function*() {
@@ -206,6 +242,20 @@ layer(TestNodeLive(), { excludeTestServices: true })("scoped API keys", (it) => 
           [doomed.id]
         )
         expect(audit[0]).toEqual({ action: "api_key.revoked", actor_id: tenant.id })
+      }))
+
+    stored("revoking a revoked key is 204 and writes nothing: no updated_at change, no second audit row", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const key = yield* issue(tenant.api_key, { scopes: ["read"] })
+        expect((yield* manage(tenant.api_key, "DELETE", `/api_keys/${key.id}`)).status).toBe(204)
+        const revoked = (yield* manage(tenant.api_key, "GET", `/api_keys/${key.id}`)).body.data
+        yield* Effect.sleep("20 millis")
+        expect((yield* manage(tenant.api_key, "DELETE", `/api_keys/${key.id}`)).status).toBe(204)
+        expect((yield* admin("DELETE", `/tenants/${tenant.id}/api_keys/${key.id}`)).status).toBe(204)
+        expect((yield* manage(tenant.api_key, "GET", `/api_keys/${key.id}`)).body.data).toEqual(revoked)
+        const audit = yield* query("SELECT action FROM audit_log WHERE resource_id = $1 AND action = 'api_key.revoked'", [key.id])
+        expect(audit).toHaveLength(1)
       }))
 
     stored("a key can revoke itself", () =>

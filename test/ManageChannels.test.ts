@@ -637,6 +637,50 @@ layer(TestNodeLive(), { excludeTestServices: true })("management API: channels",
         expect(again.body.data).toEqual({ ...put.body.data, updated_at: expect.any(String) })
       }))
 
+    sqlIt("a repeated PATCH or PUT is idempotent: same updated_at and ETag, so a retry with If-Match is 200", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const channel = yield* createChannel(tenant.api_key, {
+          name: "before",
+          config: { url: HOOK_URL, headers: { Authorization: "Bearer h" } },
+          rate_limit: { limit: 10, scale_ms: 1000 },
+          transformations: [{ type: "set_metadata", key: "k", value: { nested: true } }]
+        })
+        const etag = (yield* manage(tenant.api_key, "GET", `/channels/${channel.id}`)).headers.get("etag")!
+        const first = yield* manage(tenant.api_key, "PATCH", `/channels/${channel.id}`, { channel: { name: "same" } }, {
+          "if-match": etag
+        })
+        expect(first.status).toBe(200)
+        const tag = first.headers.get("etag")!
+        yield* Effect.sleep("20 millis")
+        // The client lost the first answer and retries with the tag it had.
+        for (const method of ["PATCH", "PUT"]) {
+          const retried = yield* manage(tenant.api_key, method, `/channels/${channel.id}`, { channel: { name: "same" } }, {
+            "if-match": tag
+          })
+          expect(retried.status, method).toBe(200)
+          expect(retried.body.data, method).toEqual(first.body.data)
+          expect(retried.headers.get("etag"), method).toBe(tag)
+        }
+        // Sending back everything a GET shows ([REDACTED] values included) changes nothing either.
+        const shown = yield* manage(tenant.api_key, "GET", `/channels/${channel.id}`)
+        const resent = yield* manage(tenant.api_key, "PUT", `/channels/${channel.id}`, { channel: shown.body.data }, {
+          "if-match": tag
+        })
+        expect(resent.status).toBe(200)
+        expect(resent.body.data).toEqual(first.body.data)
+        expect(resent.headers.get("etag")).toBe(tag)
+        // If-Match is still checked on a change that changes nothing.
+        const stale = yield* manage(tenant.api_key, "PATCH", `/channels/${channel.id}`, { channel: { name: "same" } }, {
+          "if-match": etag
+        })
+        expect(stale.status).toBe(412)
+        const audits = yield* query("SELECT action FROM audit_log WHERE resource_id = $1 AND action = 'channel.updated'", [
+          channel.id
+        ])
+        expect(audits).toHaveLength(1)
+      }))
+
     it.effect("If-Match: a stale tag is 412 with current_etag and changes nothing; * and the current tag match", () =>
       Effect.gen(function*() {
         const tenant = yield* createTenant()

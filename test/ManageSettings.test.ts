@@ -1,5 +1,6 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
+import { query, serverUrl } from "./support/TestDatabase.js"
 import { admin, createTenant, manage, request, TestNodeLive } from "./support/TestNode.js"
 
 layer(TestNodeLive(), { excludeTestServices: true })("management API: settings and keys", (it) => {
@@ -18,6 +19,44 @@ layer(TestNodeLive(), { excludeTestServices: true })("management API: settings a
       expect(changed.body.data.name).toBe(tenant["name"])
       const reset = yield* manage(tenant.api_key, "PUT", "/settings", { settings: { limits: {} } })
       expect(reset.body.data.limits).toEqual({})
+    }))
+
+  it.effect("a repeated PATCH or PUT is idempotent: same updated_at and ETag, so a retry with If-Match is 200", () =>
+    Effect.gen(function*() {
+      const tenant = yield* createTenant()
+      const etag = (yield* manage(tenant.api_key, "GET", "/settings")).headers.get("etag")!
+      const settings = {
+        retention_days: 31,
+        allowed_upload_types: ["image/png", "text/plain"],
+        limits: { activity_create: { limit: 5, scale_ms: 1000 }, upload: { limit: 2, scale_ms: 500 } }
+      }
+      const first = yield* manage(tenant.api_key, "PATCH", "/settings", { settings }, { "if-match": etag })
+      expect(first.status).toBe(200)
+      const tag = first.headers.get("etag")!
+      expect(tag).not.toBe(etag)
+      yield* Effect.sleep("20 millis")
+      // The same values, the limits in another key order: nothing to change.
+      const reordered = {
+        limits: { upload: { scale_ms: 500, limit: 2 }, activity_create: { scale_ms: 1000, limit: 5 } },
+        allowed_upload_types: ["IMAGE/PNG", "text/plain"],
+        retention_days: 31
+      }
+      for (const method of ["PATCH", "PUT"]) {
+        const retried = yield* manage(tenant.api_key, method, "/settings", { settings: reordered }, { "if-match": tag })
+        expect(retried.status, method).toBe(200)
+        expect(retried.body.data, method).toEqual(first.body.data)
+        expect(retried.headers.get("etag"), method).toBe(tag)
+      }
+      const stale = yield* manage(tenant.api_key, "PATCH", "/settings", { settings: { retention_days: 31 } }, {
+        "if-match": etag
+      })
+      expect(stale.status).toBe(412)
+      if (serverUrl !== undefined) {
+        const audits = yield* query("SELECT action FROM audit_log WHERE resource_id = $1 AND action = 'settings.updated'", [
+          tenant.id
+        ])
+        expect(audits).toHaveLength(1)
+      }
     }))
 
   it.effect("limits on a non-overridable bucket reject the whole request", () =>

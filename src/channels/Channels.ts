@@ -16,6 +16,7 @@ import {
 import { redactObject } from "../domain/Redaction.js"
 import { checkIfMatch, etagOf } from "../domain/Version.js"
 import { type ChannelBase, type ChannelPatch, validateChannel } from "./ChannelValidation.js"
+import { sameJson } from "../domain/SameJson.js"
 
 const CHANNEL_COLUMNS = "id, tenant_id, name, type, mode, status, require_signature, config, transformations, " +
   "retry_policy, rate_limit, circuit_state, inserted_at, updated_at"
@@ -43,6 +44,12 @@ const columnsOf = (patch: ChannelPatch): Record<string, unknown> =>
   Object.fromEntries(
     Object.entries(patch).map(([key, value]) => [key, JSON_COLUMNS.has(key) && value !== null ? JSON.stringify(value) : value])
   )
+
+/** The part of `patch` that differs from the stored row, so that repeating a change changes nothing. */
+const changedFields = (current: ChannelRow, patch: ChannelPatch): ChannelPatch =>
+  Object.fromEntries(
+    Object.entries(patch).filter(([field, value]) => !sameJson(current[field as keyof ChannelPatch], value))
+  ) as ChannelPatch
 
 /** The patch as the audit log keeps it: never a credential. */
 const auditedChanges = (patch: ChannelPatch) =>
@@ -146,23 +153,24 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
         yield* checkIfMatch(ifMatch, version)
         const patch = yield* validate(input, current, false)
         return yield* Effect.gen(function*() {
-          if (versionOf(yield* load(tenantId, id, true)) !== version) return yield* new ChannelChanged()
-          const columns = columnsOf(patch)
-          if (Object.keys(columns).length > 0) {
-            yield* sql`UPDATE channels SET ${sql.update(columns)}, updated_at = now() WHERE id = ${id}`
-          }
+          const locked = yield* load(tenantId, id, true)
+          if (versionOf(locked) !== version) return yield* new ChannelChanged()
+          // Idempotent: a change already in place writes nothing, keeping updated_at and the ETag.
+          const changes = changedFields(locked, patch)
+          if (Object.keys(changes).length === 0) return toChannel(locked)
+          yield* sql`UPDATE channels SET ${sql.update(columnsOf(changes))}, updated_at = now() WHERE id = ${id}`
           yield* audit.record(actor, {
             tenantId,
             action: "channel.updated",
             resourceType: "channel",
             resourceId: id,
-            changes: auditedChanges(patch)
+            changes: auditedChanges(changes)
           })
           return toChannel(yield* load(tenantId, id, false))
         }).pipe(sql.withTransaction)
       })
 
-    /** PUT and PATCH: sent fields are set, the others kept; honours `If-Match`. */
+    /** PUT and PATCH: sent fields are set, the others kept; nothing is written when nothing changes; honours `If-Match`. */
     const update = (tenantId: string, id: string, input: ChannelInput, ifMatch: Option.Option<string>, actor: Actor) =>
       attemptUpdate(tenantId, id, input, ifMatch, actor).pipe(
         Effect.retry({ times: 2, while: Predicate.isTagged("ChannelChanged") }),

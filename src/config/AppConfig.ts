@@ -2,29 +2,81 @@ import { Config, ConfigError, Effect, Either, Option, ParseResult, Redacted, Sch
 import { RateLimitTable } from "../domain/RateLimit.js"
 import { type Cidr, parseCidr } from "./NetworkList.js"
 
-const positiveInt = (name: string, fallback: number) =>
-  Config.integer(name).pipe(
-    Config.validate({ message: "must be a positive integer", validation: (n) => n > 0 }),
-    Config.withDefault(fallback)
+/**
+ * A variable's text; None when it is missing or blank. `VAR=` in a compose file or a shell means
+ * unset, so every setting with a default takes its default then.
+ */
+const setting = (name: string) =>
+  Config.string(name).pipe(Config.option, Config.map(Option.filter((text) => text.trim() !== "")))
+
+/** A setting read by `parse` (Left: the rule the value breaks); None when unset. */
+const optional = <A>(name: string, parse: (text: string) => Either.Either<A, string>) =>
+  setting(name).pipe(
+    Config.mapOrFail(Option.match({
+      onNone: () => Either.right(Option.none<A>()),
+      // After Config.option, mapOrFail no longer prefixes the variable name: add it here.
+      onSome: (text) => Either.map(Either.mapLeft(parse(text), (rule) => ConfigError.InvalidData([name], rule)), Option.some)
+    }))
   )
 
-const nonNegativeInt = (name: string, fallback: number) =>
-  Config.integer(name).pipe(
-    Config.validate({ message: "must be a non-negative integer", validation: (n) => n >= 0 }),
-    Config.withDefault(fallback)
-  )
+/** A setting read by `parse`, or `fallback` when unset. */
+const withDefault = <A>(name: string, fallback: A, parse: (text: string) => Either.Either<A, string>) =>
+  optional(name, parse).pipe(Config.map(Option.getOrElse(() => fallback)))
+
+/** A decimal integer within `[min, max]`; the message states the range. */
+const integerIn = (min: number, max: number, unit = "") => (text: string): Either.Either<number, string> => {
+  const digits = text.trim()
+  const n = Number(digits)
+  return /^\d+$/.test(digits) && n >= min && n <= max
+    ? Either.right(n)
+    : Either.left(`must be an integer from ${min} to ${max}${unit}`)
+}
+
+/** setTimeout's limit: a longer timer fires at once in Node, and never on Effect's clock. */
+const MAX_TIMER_MS = 2_147_483_647
+/** A check interval in seconds becomes a timer, so it stays within MAX_TIMER_MS (about 24.8 days). */
+const MAX_INTERVAL_SECONDS = Math.floor(MAX_TIMER_MS / 1000)
+/**
+ * A lifetime or grace is added to (or taken from) now, never a timer: 10 years keeps every expiry a
+ * valid JS date and PostgreSQL timestamp. A setting of this kind that becomes a timer moves to
+ * `intervalSeconds`.
+ */
+const MAX_LIFETIME_SECONDS = 315_360_000
+/**
+ * Far beyond a chat attachment, and below both PostgreSQL's 1 GiB limit on one field and Node's on
+ * one Buffer, wherever an upload ends up held whole.
+ */
+const MAX_UPLOAD_BYTES = 1_000_000_000
+/** More sockets than one node holds: a larger batch is the same as closing all at once. */
+const MAX_DRAIN_BATCH_SIZE = 1_000_000
+
+const millis = (name: string, fallback: number, min = 1) =>
+  withDefault(name, fallback, integerIn(min, MAX_TIMER_MS, " (milliseconds, about 24.8 days)"))
+
+const intervalSeconds = (name: string, fallback: number) =>
+  withDefault(name, fallback, integerIn(1, MAX_INTERVAL_SECONDS, " (seconds, about 24.8 days)"))
+
+const lifetimeSeconds = (name: string, fallback: number, min = 1) =>
+  withDefault(name, fallback, integerIn(min, MAX_LIFETIME_SECONDS, " (seconds, 10 years)"))
+
+const count = (name: string, fallback: number, max: number) => withDefault(name, fallback, integerIn(1, max))
+
+const portNumber = integerIn(1, 65535)
+
+const stringSetting = (name: string, fallback: string) => withDefault(name, fallback, Either.right)
+
+const oneOf = <const L extends ReadonlyArray<string>>(values: L) => (value: string): Either.Either<L[number], string> =>
+  values.includes(value) ? Either.right(value as L[number]) : Either.left(`must be one of ${values.join(", ")}`)
 
 /** A comma-separated list of IPs/CIDRs; one malformed entry stops the node. */
 const cidrList = (name: string, fallback: string) =>
-  Config.string(name).pipe(
-    Config.withDefault(fallback),
+  stringSetting(name, fallback).pipe(
     Config.mapOrFail((text) => {
       const entries = text.split(",").map((s) => s.trim()).filter((s) => s.length > 0)
       const parsed: Array<Cidr> = []
       for (const entry of entries) {
         const cidr = parseCidr(entry)
         if (cidr === undefined) {
-          // Behind withDefault, mapOrFail no longer prefixes the variable name: add it here.
           return Either.left(ConfigError.InvalidData([name], `malformed IP or CIDR "${entry}"`))
         }
         parsed.push(cidr)
@@ -34,20 +86,31 @@ const cidrList = (name: string, fallback: string) =>
   )
 
 /**
- * An optional secret or URL. Set-but-empty means unset, as `VAR=` in a compose file or a shell
- * does: an empty `DATABASE_URL` must not become "connect to whatever pg defaults to". A value that
- * is set must be at least `minLength` characters. Validated on the variable itself, before
- * redacting, so that the error names it.
+ * An optional secret: at least `minLength` characters when set. Blank is unset: an empty
+ * `ADMIN_API_TOKEN` must not become a token. With `oneWord`, whitespace is refused: the token is
+ * compared with the one word after `Bearer`, so a token with a space could never match.
  */
-const optionalRedacted = (name: string, minLength = 0) =>
-  Config.string(name).pipe(
-    Config.validate({
-      message: `must be at least ${minLength} characters`,
-      validation: (s) => s.trim() === "" || s.length >= minLength
-    }),
-    Config.option,
-    Config.map((value) => Option.filter(value, (s) => s.trim() !== "").pipe(Option.map(Redacted.make)))
-  )
+const secret = (name: string, minLength: number, oneWord: boolean) =>
+  optional(name, (value) =>
+    value.length < minLength
+      ? Either.left(`must be at least ${minLength} characters`)
+      : oneWord && /\s/.test(value)
+      ? Either.left("must not contain whitespace (it is sent as one Bearer word)")
+      : Either.right(Redacted.make(value)))
+
+/**
+ * `DATABASE_URL`: a `postgres://` or `postgresql://` URL, else the node would start and fail later
+ * inside the pool. pg also takes a user with no host (`postgres://u@/db?host=/run/postgresql`),
+ * which WHATWG URL refuses: checked with a host filled in. The value is never echoed: it may hold a
+ * password.
+ */
+const databaseUrl = optional("DATABASE_URL", (value) => {
+  const url = value.trim()
+  const candidate = url.replace("@/", "@localhost/")
+  return URL.canParse(candidate) && ["postgres:", "postgresql:"].includes(new URL(candidate).protocol)
+    ? Either.right(Redacted.make(url))
+    : Either.left("must be a postgres:// or postgresql:// URL")
+})
 
 /** `RATE_LIMITS` as read; Left is a one-line message naming the first problem. */
 const decodeRateLimits = (text: string) =>
@@ -68,63 +131,73 @@ const decodeRateLimits = (text: string) =>
  * `RATE_LIMITS`: JSON `{bucket: {limit, scale_ms}}`; set but empty is unset, like every optional
  * setting. A misspelt bucket is an error rather than silently ignored.
  */
-const rateLimits = Config.string("RATE_LIMITS").pipe(
-  Config.option,
-  Config.map(Option.filter((text) => text.trim() !== "")),
+const rateLimits = setting("RATE_LIMITS").pipe(
   Config.mapOrFail(Option.match({
     onNone: () => Either.right(Option.none()),
     onSome: (text) => Either.map(decodeRateLimits(text), Option.some)
   }))
 )
 
-const port = Config.port("PORT").pipe(Config.withDefault(4000))
+const port = withDefault("PORT", 4000, portNumber)
 
-const logLevel = Config.literal("trace", "debug", "info", "warning", "error", "fatal", "none")("LOG_LEVEL").pipe(
-  Config.withDefault("info" as const)
+/**
+ * `PORT + 1000` unless `CLUSTER_RUNNER_PORT` is set. A derived port above 65535 stops the node here,
+ * naming the variable to set, rather than as a RangeError when the runner listens.
+ */
+const clusterRunnerPort = Config.all([port, optional("CLUSTER_RUNNER_PORT", portNumber)]).pipe(
+  Config.mapOrFail(([p, explicit]) =>
+    Option.match(explicit, {
+      onSome: Either.right,
+      onNone: () =>
+        p + 1000 <= 65535
+          ? Either.right(p + 1000)
+          : Either.left(ConfigError.InvalidData(
+            ["CLUSTER_RUNNER_PORT"],
+            `must be set when PORT is above 64535 (the default PORT + 1000 = ${p + 1000} is not a port)`
+          ))
+    })
+  )
 )
 
 /** Every environment variable of CONTRACT.md §1, read once. */
 export class AppConfig extends Effect.Service<AppConfig>()("parley/AppConfig", {
   effect: Config.all({
     port,
-    host: Config.string("HOST").pipe(Config.withDefault("0.0.0.0")),
-    databaseUrl: optionalRedacted("DATABASE_URL"),
-    dataDir: Config.string("DATA_DIR").pipe(Config.withDefault("./data")),
-    adminApiToken: optionalRedacted("ADMIN_API_TOKEN", 32),
+    host: stringSetting("HOST", "0.0.0.0"),
+    databaseUrl,
+    dataDir: stringSetting("DATA_DIR", "./data"),
+    adminApiToken: secret("ADMIN_API_TOKEN", 32, true),
     adminIpAllowlist: cidrList("ADMIN_IP_ALLOWLIST", "127.0.0.1/8,::1/128"),
     trustedProxies: cidrList("TRUSTED_PROXIES", ""),
-    tokenSigningKey: optionalRedacted("TOKEN_SIGNING_KEY", 32),
-    tokenTtlSeconds: positiveInt("TOKEN_TTL_SECONDS", 1800),
-    tokenRotationGraceSeconds: nonNegativeInt("TOKEN_ROTATION_GRACE_SECONDS", 30),
-    legacyTokenTtlSeconds: positiveInt("LEGACY_TOKEN_TTL_SECONDS", 3600),
-    publishableResumeTtlSeconds: positiveInt("PUBLISHABLE_RESUME_TTL_SECONDS", 604800),
-    apiKeyRotationGraceSeconds: nonNegativeInt("API_KEY_ROTATION_GRACE_SECONDS", 86400),
-    conversationIdleCloseSeconds: positiveInt("CONVERSATION_IDLE_CLOSE_SECONDS", 86400),
-    conversationExpiryCheckSeconds: positiveInt("CONVERSATION_EXPIRY_CHECK_SECONDS", 3600),
-    purgeIntervalSeconds: positiveInt("PURGE_INTERVAL_SECONDS", 10),
-    sseHeartbeatMs: positiveInt("SSE_HEARTBEAT_MS", 30000),
-    socketIdleTimeoutMs: positiveInt("SOCKET_IDLE_TIMEOUT_MS", 60000),
+    // Key material, never sent over the wire: any character counts.
+    tokenSigningKey: secret("TOKEN_SIGNING_KEY", 32, false),
+    tokenTtlSeconds: lifetimeSeconds("TOKEN_TTL_SECONDS", 1800),
+    tokenRotationGraceSeconds: lifetimeSeconds("TOKEN_ROTATION_GRACE_SECONDS", 30, 0),
+    legacyTokenTtlSeconds: lifetimeSeconds("LEGACY_TOKEN_TTL_SECONDS", 3600),
+    publishableResumeTtlSeconds: lifetimeSeconds("PUBLISHABLE_RESUME_TTL_SECONDS", 604800),
+    apiKeyRotationGraceSeconds: lifetimeSeconds("API_KEY_ROTATION_GRACE_SECONDS", 86400, 0),
+    conversationIdleCloseSeconds: lifetimeSeconds("CONVERSATION_IDLE_CLOSE_SECONDS", 86400),
+    conversationExpiryCheckSeconds: intervalSeconds("CONVERSATION_EXPIRY_CHECK_SECONDS", 3600),
+    purgeIntervalSeconds: intervalSeconds("PURGE_INTERVAL_SECONDS", 10),
+    sseHeartbeatMs: millis("SSE_HEARTBEAT_MS", 30000),
+    socketIdleTimeoutMs: millis("SOCKET_IDLE_TIMEOUT_MS", 60000),
     rateLimits,
-    rateLimitSyncMs: positiveInt("RATE_LIMIT_SYNC_MS", 100),
-    webhookAllowedHosts: Config.string("WEBHOOK_ALLOWED_HOSTS").pipe(
-      Config.withDefault(""),
+    rateLimitSyncMs: millis("RATE_LIMIT_SYNC_MS", 100),
+    webhookAllowedHosts: stringSetting("WEBHOOK_ALLOWED_HOSTS", "").pipe(
       Config.map((text) => text.split(",").map((s) => s.trim().toLowerCase()).filter((s) => s.length > 0))
     ),
-    uploadMaxBytes: positiveInt("UPLOAD_MAX_BYTES", 10485760),
-    channelHealthIntervalSeconds: positiveInt("CHANNEL_HEALTH_INTERVAL_SECONDS", 300),
-    drainRefuseMs: nonNegativeInt("DRAIN_REFUSE_MS", 5000),
-    drainBatchSize: positiveInt("DRAIN_BATCH_SIZE", 500),
-    drainBatchIntervalMs: nonNegativeInt("DRAIN_BATCH_INTERVAL_MS", 1000),
-    drainMaxMs: positiveInt("DRAIN_MAX_MS", 30000),
-    metricsToken: optionalRedacted("METRICS_TOKEN"),
-    logLevel,
-    logFormat: Config.literal("json", "pretty")("LOG_FORMAT").pipe(Config.withDefault("json" as const)),
-    clusterRunnerHost: Config.string("CLUSTER_RUNNER_HOST").pipe(Config.withDefault("127.0.0.1")),
-    // Config.option is None only when the variable is missing; an invalid value still fails.
-    clusterRunnerPort: Config.all([port, Config.option(Config.port("CLUSTER_RUNNER_PORT"))]).pipe(
-      Config.map(([p, explicit]) => Option.getOrElse(explicit, () => p + 1000))
-    ),
-    clusterShardLockExpirationMs: positiveInt("CLUSTER_SHARD_LOCK_EXPIRATION_MS", 6000),
-    clusterEntityTerminationTimeoutMs: positiveInt("CLUSTER_ENTITY_TERMINATION_TIMEOUT_MS", 3000)
+    uploadMaxBytes: count("UPLOAD_MAX_BYTES", 10485760, MAX_UPLOAD_BYTES),
+    channelHealthIntervalSeconds: intervalSeconds("CHANNEL_HEALTH_INTERVAL_SECONDS", 300),
+    drainRefuseMs: millis("DRAIN_REFUSE_MS", 5000, 0),
+    drainBatchSize: count("DRAIN_BATCH_SIZE", 500, MAX_DRAIN_BATCH_SIZE),
+    drainBatchIntervalMs: millis("DRAIN_BATCH_INTERVAL_MS", 1000, 0),
+    drainMaxMs: millis("DRAIN_MAX_MS", 30000),
+    metricsToken: secret("METRICS_TOKEN", 0, true),
+    logLevel: withDefault("LOG_LEVEL", "info", oneOf(["trace", "debug", "info", "warning", "error", "fatal", "none"])),
+    logFormat: withDefault("LOG_FORMAT", "json", oneOf(["json", "pretty"])),
+    clusterRunnerHost: stringSetting("CLUSTER_RUNNER_HOST", "127.0.0.1"),
+    clusterRunnerPort,
+    clusterShardLockExpirationMs: millis("CLUSTER_SHARD_LOCK_EXPIRATION_MS", 6000),
+    clusterEntityTerminationTimeoutMs: millis("CLUSTER_ENTITY_TERMINATION_TIMEOUT_MS", 3000)
   })
 }) {}

@@ -37,7 +37,7 @@ export const AdminHandlers = HttpApiBuilder.group(ParleyApi, "admin", (handlers)
       .handle("rotateApiKey", ({ path }) =>
         CurrentActor.pipe(
           Effect.flatMap((actor) => tenants.rotateApiKey(path.id, actor)),
-          Effect.map(({ apiKey, tenant }) => ({ data: { ...tenant, api_key: apiKey } }))
+          Effect.flatMap(({ apiKey, tenant }) => withETag({ ...tenant, api_key: apiKey }, tenant))
         ))
       .handle("listApiKeys", ({ path }) =>
         tenants.get(path.tenant_id).pipe(

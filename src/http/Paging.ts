@@ -1,5 +1,6 @@
-import { Effect } from "effect"
+import { Effect, Option } from "effect"
 import { BadRequest } from "../domain/ApiError.js"
+import { parseInstant } from "../domain/Instant.js"
 
 /**
  * Reads a `limit` query parameter: default when absent, capped at `max` however many digits it has,
@@ -18,12 +19,8 @@ export const encodeCursor = (at: string, id: string) => Buffer.from(JSON.stringi
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?Z$/
 
-/** A UTC instant in the cursor's form that exists (no 30 February, no hour 25, no year 0). */
-const isInstant = (text: string) => {
-  if (!ISO.test(text)) return false
-  const at = new Date(text)
-  return !Number.isNaN(at.getTime()) && at.getUTCFullYear() >= 1 && at.toISOString().slice(0, 19) === text.slice(0, 19)
-}
+/** A UTC instant in the cursor's form (`Z`, 1–6 fraction digits) that exists (no 30 February, no hour 25, no year 0). */
+const isInstant = (text: string) => ISO.test(text) && Option.isSome(parseInstant(text))
 
 /** Reads a cursor made by `encodeCursor`; 400 when it is not one. */
 export const decodeCursor = (raw: string) =>

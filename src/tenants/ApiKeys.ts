@@ -9,6 +9,7 @@ import { prepared } from "../db/PreparedStatements.js"
 import { orUnavailable } from "../db/SqlFailure.js"
 import { InsufficientScope, NotFound } from "../domain/ApiError.js"
 import { ApiKey, type ApiKeyInput, type AuthenticatedKey, allScopes, Scope } from "../domain/ApiKey.js"
+import { parseInstant } from "../domain/Instant.js"
 import { Problems } from "../domain/Problems.js"
 
 const KEY_COLUMNS = "id, tenant_id, name, prefix, scopes, expires_at, last_used_at, revoked_at, created_by, inserted_at, updated_at"
@@ -152,11 +153,11 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
         else if (!scopes.every(isScope)) problems.add("scopes", "must be read, write or manage")
         let expiresAt: string | null = null
         if (input.expires_at !== undefined && input.expires_at !== null) {
-          const at = Date.parse(input.expires_at)
-          if (!/^\d{4}-\d\d-\d\dT/.test(input.expires_at) || Number.isNaN(at)) {
-            problems.add("expires_at", "must be an ISO 8601 timestamp")
-          } else if (at <= Date.now()) problems.add("expires_at", "must be in the future")
-          else expiresAt = new Date(at).toISOString()
+          const at = parseInstant(input.expires_at)
+          if (Option.isNone(at)) {
+            problems.add("expires_at", "must be an ISO 8601 date-time with Z or an offset, such as 2030-01-31T12:00:00Z")
+          } else if (at.value.getTime() <= Date.now()) problems.add("expires_at", "must be in the future")
+          else expiresAt = at.value.toISOString()
         }
         yield* problems.check()
         const wanted = [...new Set(scopes.filter(isScope))]
@@ -176,13 +177,20 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
         Effect.flatMap(Option.match({ onNone: () => Effect.fail(notFound(id)), onSome: Effect.succeed }))
       )
 
-    /** Revokes at once; the key stays listed with `revoked_at`. Revoking twice changes nothing. */
+    /**
+     * Revokes at once; the key stays listed with `revoked_at`. Revoking a revoked key changes nothing
+     * (no write, no audit row).
+     */
     const revoke = (tenantId: string, id: string, actor: Actor) =>
       Effect.gen(function*() {
-        const rows = yield* sql<{ id: string }>`
-          UPDATE api_keys SET revoked_at = COALESCE(revoked_at, now()), updated_at = now()
-          WHERE tenant_id = ${tenantId} AND id = ${id} AND kind = 'scoped' RETURNING id`
-        if (rows.length === 0) return yield* notFound(id)
+        // The row lock makes concurrent revocations of one key write (and audit) it once.
+        const rows = yield* sql<{ revoked: boolean }>`
+          SELECT revoked_at IS NOT NULL AS revoked FROM api_keys
+          WHERE tenant_id = ${tenantId} AND id = ${id} AND kind = 'scoped' FOR UPDATE`
+        const row = rows[0]
+        if (row === undefined) return yield* notFound(id)
+        if (row.revoked) return
+        yield* sql`UPDATE api_keys SET revoked_at = now(), updated_at = now() WHERE id = ${id}`
         yield* audit.record(actor, { tenantId, action: "api_key.revoked", resourceType: "api_key", resourceId: id })
       }).pipe(sql.withTransaction, orUnavailable)
 

@@ -10,6 +10,7 @@ import { DEFAULT_RETENTION_DAYS, type SettingsInput, Tenant, TenantStatus, Tenan
 import { checkIfMatch, etagOf } from "../domain/Version.js"
 import { ApiKeys } from "./ApiKeys.js"
 import { type SettingsPatch, validateSettings } from "./TenantSettings.js"
+import { sameJson } from "../domain/SameJson.js"
 
 const TENANT_COLUMNS =
   "id, name, status, tier, retention_days, alert_webhook_url, allowed_upload_types, limits, inserted_at, updated_at"
@@ -22,6 +23,16 @@ interface TenantPatch extends SettingsPatch {
   status?: "active" | "inactive"
   tier?: "high" | "default" | "bulk"
 }
+
+/** The part of `patch` that differs from `current`, so that repeating a change changes nothing. */
+const changedFields = (current: Tenant, patch: TenantPatch): TenantPatch =>
+  Object.fromEntries(
+    Object.entries(patch).filter(([field, value]) =>
+      field === "limits"
+        ? !sameJson(current.limits, JSON.parse(value as string))
+        : !sameJson(current[field as keyof TenantPatch], value)
+    )
+  ) as TenantPatch
 
 /** Tenants: created and changed by the operator (admin API) and, for settings, by the tenant itself. */
 export class Tenants extends Effect.Service<Tenants>()("parley/Tenants", {
@@ -96,15 +107,18 @@ export class Tenants extends Effect.Service<Tenants>()("parley/Tenants", {
 
     const get = (id: string) => load(id, false).pipe(orUnavailable)
 
-    /** Applies an already validated patch under the row lock, after the `If-Match` check. */
+    /**
+     * Applies an already validated patch under the row lock, after the `If-Match` check. Idempotent: a
+     * change already in place writes nothing (no audit row), keeping `updated_at` and the ETag.
+     */
     const applyPatch = (id: string, patch: TenantPatch, ifMatch: Option.Option<string>, actor: Actor, action: string) =>
       Effect.gen(function*() {
         const current = yield* load(id, true)
         yield* checkIfMatch(ifMatch, etagOf(current))
-        if (Object.keys(patch).length > 0) {
-          yield* sql`UPDATE tenants SET ${sql.update(patch as Record<string, unknown>)}, updated_at = now() WHERE id = ${id}`
-        }
-        yield* audit.record(actor, { tenantId: id, action, resourceType: "tenant", resourceId: id, changes: patch })
+        const changes = changedFields(current, patch)
+        if (Object.keys(changes).length === 0) return current
+        yield* sql`UPDATE tenants SET ${sql.update(changes as Record<string, unknown>)}, updated_at = now() WHERE id = ${id}`
+        yield* audit.record(actor, { tenantId: id, action, resourceType: "tenant", resourceId: id, changes })
         return yield* load(id, false)
       }).pipe(sql.withTransaction, orUnavailable)
 
