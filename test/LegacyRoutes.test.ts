@@ -294,6 +294,12 @@ layer(
         expect(own.body.data).toMatchObject({ id: conversationId, channel_id: channel.id })
         expectDeprecated(own)
         expectError(yield* get(siblingConversation), 404, "not_found")
+        // The page the Link header names is served by the node itself.
+        const link = /^<([^>]+)>/.exec(own.headers.get("link") ?? "")?.[1]
+        const page = yield* request("GET", link!)
+        expect(page.status).toBe(200)
+        expect(page.headers.get("content-type")).toContain("text/markdown")
+        expect(page.body).toContain("x-channel-token")
         // A refused channel token was a use of the deprecated surface too.
         const refused = yield* request("GET", `/api/v1/conversations/${conversationId}`, { headers: { "x-channel-token": "cs_unknown" } })
         expectError(refused, 401, "unauthorized")

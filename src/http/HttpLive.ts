@@ -25,6 +25,7 @@ import { PublishableKeysHandlers } from "./PublishableKeysHandlers.js"
 import { SettingsHandlers } from "./SettingsHandlers.js"
 import { UsersHandlers } from "./UsersHandlers.js"
 import { EdgeMiddleware } from "./EdgeMiddleware.js"
+import { DeprecationsPage, deprecationsRoutes } from "./DeprecationsPage.js"
 import { LegacyRoutes, legacyRoutes } from "./LegacyRoutes.js"
 import { createNodeServer } from "./NodeServer.js"
 import { ParleyApi } from "./ParleyApi.js"
@@ -64,12 +65,13 @@ const DrainLive = Layer.scopedDiscard(
 )
 
 /** Every route of the node behind the edge middleware. */
-export const AppRoutes = Layer.mergeAll(ApiRoutes, LegacyRoutes, OpsRoutes, EdgeMiddleware).pipe(
+export const AppRoutes = Layer.mergeAll(ApiRoutes, LegacyRoutes, OpsRoutes, DeprecationsPage, EdgeMiddleware).pipe(
   Layer.provide(RouteTableLive([
     ...routesOf(ParleyApi),
     { method: "GET", path: "/api/v1/openapi.json" },
     ...legacyRoutes,
-    ...opsRoutes
+    ...opsRoutes,
+    ...deprecationsRoutes
   ]))
 )
 

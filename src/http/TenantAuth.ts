@@ -10,6 +10,7 @@ import { ChannelInactive, Forbidden, InsufficientScope, Unauthorized, Unavailabl
 import { allScopes, type Scope } from "../domain/ApiKey.js"
 import { ApiKeys } from "../tenants/ApiKeys.js"
 import { envelope } from "./ErrorEnvelope.js"
+import { DEPRECATIONS_PATH } from "./DeprecationsPage.js"
 
 /** The tenant credential of the current request. */
 export interface TenantCredential {
@@ -94,7 +95,7 @@ export const markDeprecated = (surface: string) =>
     Effect.succeed(
       HttpServerResponse.setHeaders(response, {
         deprecation: `@${CHANNEL_TOKEN_DEPRECATED_AT}`,
-        link: `</docs/deprecations.md>; rel="deprecation"`
+        link: `<${DEPRECATIONS_PATH}>; rel="deprecation"`
       })
     )
   ).pipe(Effect.zipRight(Effect.logWarning("deprecated API used").pipe(Effect.annotateLogs("surface", surface))))
