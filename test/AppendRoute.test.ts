@@ -47,6 +47,12 @@ layer(TestNodeLive(), { excludeTestServices: true })("lean append route", (it) =
         const reply = yield* request("POST", path, { body: { text: "hi" }, headers: { "x-api-key": apiKey } })
         expect(reply.status).toBe(401)
         expect(reply.body).toEqual(envelope("unauthorized"))
+        // The caller is checked before the body, as on the router's way.
+        for (const raw of ["{", "[]"]) {
+          const unread = yield* request("POST", path, { raw, headers: { "x-api-key": apiKey } })
+          expect(unread.status).toBe(401)
+          expect(unread.body).toEqual(envelope("unauthorized"))
+        }
       }
       expect(yield* storedCount(conversationId)).toBe(0)
     }))

@@ -125,6 +125,33 @@ layer(TestNodeLive(), { excludeTestServices: true })("HTTP edge", (it) => {
       expect(yield* storedTexts(conversationId)).toHaveLength(2)
     }))
 
+  it.effect("the router reads a body without a content type as JSON, depth limit included; other types are 400", () =>
+    Effect.gen(function*() {
+      const { channel, conversationId } = yield* tenantWithConversation
+      const path = `/api/v1/conversations/${conversationId}/activities`
+      // The channel token takes the router's way; no content type is read as application/json.
+      const deep = yield* raw({
+        method: "POST",
+        path,
+        headers: { "x-channel-token": channel.secret },
+        chunks: [`{"metadata": {"m": ${"[".repeat(150)}${"]".repeat(150)}}}`]
+      })
+      expect(deep.status).toBe(400)
+      expect(JSON.parse(deep.text)).toEqual(envelope("bad_request"))
+      // Bodies of other types are refused, not read as a payload of fields or bytes.
+      for (const [type, body] of [["application/vnd.api+json", `{"text": "hi"}`], ["application/x-www-form-urlencoded", "text=hi"]]) {
+        const reply = yield* raw({
+          method: "POST",
+          path,
+          headers: { "x-channel-token": channel.secret, "content-type": type! },
+          chunks: [body!]
+        }).pipe(Effect.timeout("10 seconds"))
+        expect(reply.status, type).toBe(400)
+        expect(JSON.parse(reply.text)).toEqual(envelope("bad_request"))
+      }
+      expect(yield* storedTexts(conversationId)).toHaveLength(0)
+    }))
+
   it.effect("a request the HTTP parser refuses gets the envelope too, then the connection closes", () =>
     Effect.gen(function*() {
       const { baseUrl } = yield* TestNode

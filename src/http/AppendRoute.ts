@@ -1,7 +1,9 @@
 import type { ServerResponse } from "node:http"
 import { Cause, Chunk, Effect, Either, Option, Runtime, Schema } from "effect"
 import { logsAtDebug } from "../ops/LogLevels.js"
+import type { ActivityInput } from "../conversations/ActivityRules.js"
 import { Conversations } from "../conversations/Conversations.js"
+import { BadRequest } from "../domain/ApiError.js"
 import { Lifecycle } from "../ops/Lifecycle.js"
 import { Metrics } from "../ops/Metrics.js"
 import { RateLimiter } from "../ratelimit/RateLimiter.js"
@@ -43,6 +45,19 @@ const failed = (status: number, code: string, message: string, details: Record<s
 const header = (request: AbandonableRequest, name: string): string | undefined => {
   const value = request.headers[name]
   return Array.isArray(value) ? value.join(", ") : value
+}
+
+/** The activity a body holds, or why it holds none (the router's 400 messages). */
+const readBody = (text: string): ActivityInput | string => {
+  if (nestsDeeperThan(text, MAX_JSON_DEPTH)) return REQUEST_BODY_TOO_DEEP
+  let json: unknown
+  try {
+    json = text === "" ? null : JSON.parse(text)
+  } catch {
+    return REQUEST_BODY_UNREADABLE
+  }
+  const payload = decodeBody(json)
+  return Either.isLeft(payload) ? REQUEST_SHAPE_MISMATCH : payload.right
 }
 
 /** The conversation id when the request is one this route answers exactly as the router would. */
@@ -88,21 +103,14 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
 
     const answer = (request: AbandonableRequest, conversationId: string, text: string, requestId: string) =>
       Effect.suspend((): Effect.Effect<Answer> => {
-        if (nestsDeeperThan(text, MAX_JSON_DEPTH)) {
-          return Effect.succeed(failed(400, "bad_request", REQUEST_BODY_TOO_DEEP, null, requestId))
-        }
-        let json: unknown
-        try {
-          json = text === "" ? null : JSON.parse(text)
-        } catch {
-          return Effect.succeed(failed(400, "bad_request", REQUEST_BODY_UNREADABLE, null, requestId))
-        }
-        const payload = decodeBody(json)
-        if (Either.isLeft(payload)) return Effect.succeed(failed(400, "bad_request", REQUEST_SHAPE_MISMATCH, null, requestId))
+        // The caller is known before the body is read, as the router's authentication does it.
         return credentialForApiKey(keys, header(request, "x-api-key")).pipe(
-          Effect.flatMap((credential) =>
-            post(credential, conversationId, payload.right, header(request, "x-idempotency-key"))
-          ),
+          Effect.flatMap((credential) => {
+            const payload = readBody(text)
+            return typeof payload === "string"
+              ? Effect.fail(new BadRequest({ message: payload }))
+              : post(credential, conversationId, payload, header(request, "x-idempotency-key"))
+          }),
           Effect.matchCauseEffect({
             onSuccess: (body): Effect.Effect<Answer> => Effect.succeed({ status: 201, body }),
             onFailure: (cause) => fromCause(cause, requestId)
