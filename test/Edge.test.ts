@@ -125,6 +125,27 @@ layer(TestNodeLive(), { excludeTestServices: true })("HTTP edge", (it) => {
       expect(yield* storedTexts(conversationId)).toHaveLength(2)
     }))
 
+  it.effect("a string PostgreSQL cannot store in a management or admin body is 422 validation_failed naming its field", () =>
+    Effect.gen(function*() {
+      const { key } = yield* tenantWithConversation
+      const problem = ["must be Unicode text without U+0000 or unpaired surrogates"]
+      const cases = [
+        { path: "/api/v1/admin/tenants", headers: authorization, body: { tenant: { name: "a\u0000b" } }, field: "name" },
+        {
+          path: "/api/v1/manage/channels",
+          headers: { "x-api-key": key },
+          body: { channel: { name: "c", type: "webhook", config: { url: "https://hooks.example.com/x", headers: { "x-a": "\ud800" } } } },
+          field: "config.headers.x-a"
+        },
+        { path: "/api/v1/manage/api_keys", headers: { "x-api-key": key }, body: { api_key: { name: "k\u0000", scopes: ["read"] } }, field: "name" }
+      ]
+      for (const { body, field, headers, path } of cases) {
+        const reply = yield* request("POST", path, { body, headers })
+        expect(reply.status, path).toBe(422)
+        expect(reply.body.error).toMatchObject({ code: "validation_failed", details: { [field]: problem } })
+      }
+    }))
+
   it.effect("the router reads a body without a content type as JSON, depth limit included; other types are 400", () =>
     Effect.gen(function*() {
       const { channel, conversationId } = yield* tenantWithConversation

@@ -2,6 +2,7 @@ import { Effect, Either, Schema } from "effect"
 import { ActivityType } from "../domain/Activity.js"
 import type { InvalidMessage } from "../domain/ApiError.js"
 import { Problems } from "../domain/Problems.js"
+import { UNSTORABLE_PROBLEM, unstorablePath } from "../domain/Unstorable.js"
 import { checkPayload, MESSAGE_TYPE_NAME, textOf } from "../domain/TypedMessage.js"
 
 /** Byte limits of the documents ("Limits"). */
@@ -27,17 +28,8 @@ const encoder = new TextEncoder()
 const truncateUtf8 = (text: string, maxBytes: number): string =>
   bytes(text) <= maxBytes ? text : text.slice(0, encoder.encodeInto(text, new Uint8Array(maxBytes)).read)
 
-/** U+0000, or half of a surrogate pair: PostgreSQL stores neither in text or jsonb. */
-const UNSTORABLE = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
-
 /** Whether a string anywhere in a JSON value (keys included) holds a character PostgreSQL cannot store. */
-const containsUnstorable = (value: unknown): boolean =>
-  typeof value === "string"
-    ? UNSTORABLE.test(value)
-    : typeof value === "object" && value !== null &&
-      Object.entries(value).some(([key, item]) => UNSTORABLE.test(key) || containsUnstorable(item))
-
-const UNSTORABLE_PROBLEM = "must be Unicode text without U+0000 or unpaired surrogates"
+const containsUnstorable = (value: unknown): boolean => unstorablePath(value) !== undefined
 
 const isObject = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
 

@@ -10,9 +10,6 @@ import {
   acceptsJson,
   isWireError,
   MAX_JSON_BODY_BYTES,
-  MAX_JSON_DEPTH,
-  nestsDeeperThan,
-  REQUEST_BODY_TOO_DEEP,
   REQUEST_BODY_TOO_LARGE,
   REQUEST_BODY_UNREADABLE,
   REQUEST_SHAPE_MISMATCH,
@@ -20,6 +17,7 @@ import {
   statusOfWireError
 } from "./EdgeRules.js"
 import { envelopeBody, envelopeResponse, toBody } from "./ErrorEnvelope.js"
+import { refuseBody } from "./JsonBodyRules.js"
 import { RequestId, requestIdFrom } from "./RequestId.js"
 import { RouteTable } from "./RouteTable.js"
 
@@ -75,34 +73,6 @@ const responseFromCause = (cause: Cause.Cause<unknown>, requestId: string, allow
 
 const decoder = new TextDecoder()
 
-/**
- * Whether the body is one HttpApi reads as JSON text: `application/json`, or no content type at
- * all. HttpApi reads any other type another way (a form as fields, `+json` types as bytes) and
- * would take it for a payload; the API's bodies are JSON, so the edge refuses those (400). Reading
- * their text here would also leave the route waiting for a body already consumed.
- */
-const isReadAsJson = (request: HttpServerRequest.HttpServerRequest) => {
-  const type = request.headers["content-type"]?.toLowerCase().trim() ?? ""
-  return type === "" || type.includes("application/json")
-}
-
-const hasBody = (request: HttpServerRequest.HttpServerRequest) =>
-  Number(request.headers["content-length"] ?? "0") > 0 || request.headers["transfer-encoding"] !== undefined
-
-/**
- * Whether a JSON body nests too deeply for the routes to handle safely (their decoding, redaction
- * and serialisation recurse). Reads the body first; the request keeps the text for the route, and
- * a body that cannot be read is left for the route to answer.
- */
-const jsonNestsTooDeep = (request: HttpServerRequest.HttpServerRequest) =>
-  !isReadAsJson(request)
-    ? Effect.succeed(false)
-    : request.text.pipe(
-      HttpServerRequest.withMaxBodySize(Option.some(MAX_JSON_BODY_BYTES)),
-      Effect.map((text) => nestsDeeperThan(text, MAX_JSON_DEPTH)),
-      Effect.orElseSucceed(() => false)
-    )
-
 /** Reads the JSON body of a response the routes built, if it has one. */
 const jsonBodyOf = (response: HttpServerResponse.HttpServerResponse): unknown => {
   if (response.body._tag !== "Uint8Array") return undefined
@@ -157,11 +127,10 @@ export const EdgeMiddleware = HttpLayerRouter.middleware(
           ? envelopeResponse(406, "not_acceptable", "this API answers JSON only", null, requestId)
           : template !== undefined && contentLength > MAX_JSON_BODY_BYTES && !template.endsWith("/upload")
           ? payloadTooLarge(requestId)
-          : isApi && template !== undefined && !template.endsWith("/upload") && hasBody(request) && !isReadAsJson(request)
-          ? envelopeResponse(400, "bad_request", "the request body must be JSON (content-type application/json)", null, requestId)
-          : template !== undefined && (yield* jsonNestsTooDeep(request))
-          ? envelopeResponse(400, "bad_request", REQUEST_BODY_TOO_DEEP, null, requestId)
-          : undefined
+          : template === undefined
+          ? undefined
+          : Option.getOrUndefined(Option.map(yield* refuseBody(request, template), ({ code, details, message, status }) =>
+            envelopeResponse(status, code, message, details, requestId)))
 
         const response = early ?? (yield* httpEffect.pipe(
           HttpServerRequest.withMaxBodySize(Option.some(MAX_JSON_BODY_BYTES)),

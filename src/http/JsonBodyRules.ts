@@ -1,0 +1,80 @@
+import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
+import { Effect, Option } from "effect"
+import { UNSTORABLE_PROBLEM, unstorablePath } from "../domain/Unstorable.js"
+import { MAX_JSON_BODY_BYTES, MAX_JSON_DEPTH, nestsDeeperThan, REQUEST_BODY_TOO_DEEP } from "./EdgeRules.js"
+
+/** Why the edge answers a request's body itself, before any route reads it. */
+export interface BodyRefusal {
+  readonly status: number
+  readonly code: string
+  readonly message: string
+  readonly details: Record<string, ReadonlyArray<string>> | null
+}
+
+/**
+ * Whether the body is one HttpApi reads as JSON text: `application/json`, or no content type at
+ * all. HttpApi reads any other type another way (a form as fields, `+json` types as bytes) and
+ * would take it for a payload; the API's bodies are JSON, so those are refused. Reading their text
+ * here would also leave the route waiting for a body already consumed.
+ */
+const isReadAsJson = (request: HttpServerRequest.HttpServerRequest) => {
+  const type = request.headers["content-type"]?.toLowerCase().trim() ?? ""
+  return type === "" || type.includes("application/json")
+}
+
+const hasBody = (request: HttpServerRequest.HttpServerRequest) =>
+  Number(request.headers["content-length"] ?? "0") > 0 || request.headers["transfer-encoding"] !== undefined
+
+/** Management and admin bodies are validated per field (422 `validation_failed`). */
+const isResourceRoute = (template: string) => template.startsWith("/api/v1/manage/") || template.startsWith("/api/v1/admin/")
+
+/** The first unstorable string of a resource body, keyed as its validation details are (below the wrapper). */
+const unstorableField = (text: string): Option.Option<string> => {
+  let body: unknown
+  try {
+    body = JSON.parse(text)
+  } catch {
+    return Option.none() // the route answers malformed JSON
+  }
+  const path = unstorablePath(body)
+  return path === undefined ? Option.none() : Option.some(path.length > 1 ? path.slice(1).join(".") : path.join("."))
+}
+
+/**
+ * The body rules every API route shares, checked once at the edge: JSON only (uploads aside), at
+ * most `MAX_JSON_DEPTH` levels deep (the routes' decoding, redaction and serialisation recurse),
+ * and on resource routes no string PostgreSQL cannot store (named per field, as the routes'
+ * own validation does). A body that cannot be read is left for the route to answer; the request
+ * keeps the text it read for the route.
+ */
+export const refuseBody = (
+  request: HttpServerRequest.HttpServerRequest,
+  template: string
+): Effect.Effect<Option.Option<BodyRefusal>> => {
+  const isApi = template.startsWith("/api/")
+  if (isApi && !template.endsWith("/upload") && hasBody(request) && !isReadAsJson(request)) {
+    return Effect.succeed(Option.some({
+      status: 400,
+      code: "bad_request",
+      message: "the request body must be JSON (content-type application/json)",
+      details: null
+    }))
+  }
+  if (!isReadAsJson(request)) return Effect.succeed(Option.none())
+  return request.text.pipe(
+    HttpServerRequest.withMaxBodySize(Option.some(MAX_JSON_BODY_BYTES)),
+    Effect.map((text): Option.Option<BodyRefusal> => {
+      if (nestsDeeperThan(text, MAX_JSON_DEPTH)) {
+        return Option.some({ status: 400, code: "bad_request", message: REQUEST_BODY_TOO_DEEP, details: null })
+      }
+      if (!isResourceRoute(template)) return Option.none()
+      return Option.map(unstorableField(text), (field) => ({
+        status: 422,
+        code: "validation_failed",
+        message: "validation failed",
+        details: { [field]: [UNSTORABLE_PROBLEM] }
+      }))
+    }),
+    Effect.orElseSucceed(() => Option.none<BodyRefusal>())
+  )
+}
