@@ -28,6 +28,8 @@ const MAX_COMMANDS_PER_ROUND = 256
 /** How often a round is retried after another writer moved the head (two owners for a moment). */
 const MAX_CONFLICT_RETRIES = 5
 const REPLAY_PAGE = 500
+/** How long a round's read may take when its commands' deadlines have passed already. */
+const LATE_READ_MS = 1000
 
 const statusEvent = (status: "active" | "closed", reason: "manual" | "expired"): ActivityDraft => ({
   id: crypto.randomUUID(),
@@ -107,6 +109,8 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
         awaitReply<A, E | Unavailable>((reply) => {
           let deadline = Infinity
           for (const command of commands) deadline = Math.min(deadline, command.deadline)
+          // Commands already late (a redelivery) still get a short look at what is stored.
+          deadline = Math.max(deadline, Date.now() + LATE_READ_MS)
           const timer = setTimeout(() => {
             reply(Exit.fail(databaseUnavailable()))
             fiber.unsafeInterruptAsFork(FiberId.none)
@@ -155,7 +159,11 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
         // whose key is stored (KeyTaken) or whose draft id is (a crash re-send), and the retry looks
         // both up. A conversation that is or may become closed in this round writes no append, so a
         // repeat there is looked up at once.
-        const lookUp = attempt > 0 || current.status === "closed" || commands.some((c) => c._tag === "SetStatus")
+        // A command past its deadline is looked up too: a redelivery after its owner crashed may find
+        // its draft committed by that owner, and then the answer is the activity, not a 503.
+        const now = Date.now()
+        const lookUp = attempt > 0 || current.status === "closed" ||
+          commands.some((c) => c._tag === "SetStatus" || c.deadline < now)
         const appends = lookUp ? commands.flatMap((c) => (c._tag === "Append" ? [c.draft] : [])) : []
         const keys = appends.flatMap((d) => (d.idempotency_key === null ? [] : [d.idempotency_key]))
         const ids = appends.map((d) => d.id)
@@ -171,7 +179,6 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
         const newKeys = new Map<string, string>()
         let status = current.status
         let statusChange: "active" | "closed" | null = null
-        const now = Date.now()
         // The group is written only while every command in it may still be.
         let deadline = Infinity
 

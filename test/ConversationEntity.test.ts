@@ -48,6 +48,23 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
       expect(yield* storedTexts(conversationId)).toEqual([[1, "once"]])
     }))
 
+  it.effect("a re-sent draft that arrives past its deadline is answered with the stored activity, not a 503", () =>
+    Effect.gen(function*() {
+      const { conversationId, tenant } = yield* tenantWithConversation
+      const entity = yield* ConversationEntity.client
+      const message = messageDraft("committed before the owner crashed")
+      const first = yield* entity(conversationId).Append({ tenantId: tenant.id, draft: message, deadline: Date.now() + 5000 })
+      // The owner crashed after its commit; the message reaches the next owner too late to write.
+      const late = yield* entity(conversationId).Append({ tenantId: tenant.id, draft: message, deadline: Date.now() - 1 })
+      expect(late).toEqual(first)
+      // A late draft that was never stored is still refused, and stores nothing.
+      const never = yield* Effect.flip(
+        entity(conversationId).Append({ tenantId: tenant.id, draft: messageDraft("too late"), deadline: Date.now() - 1 })
+      )
+      expect(never._tag).toBe("Unavailable")
+      expect(yield* storedTexts(conversationId)).toEqual([[1, "committed before the owner crashed"]])
+    }))
+
   it.effect("when another writer moved the head, the entity reloads and continues gap-free", () =>
     Effect.gen(function*() {
       const { conversationId, key, tenant } = yield* tenantWithConversation

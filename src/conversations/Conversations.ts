@@ -1,4 +1,4 @@
-import { Effect, Either, Option } from "effect"
+import { Cause, Data, Effect, Either, Option } from "effect"
 import type { AppendRequest } from "../../cluster/ConversationCore.js"
 import { ConversationCores } from "../../cluster/ConversationCores.js"
 import { ConversationEntity } from "../../cluster/ConversationEntity.js"
@@ -15,7 +15,7 @@ import { decodeWatermark } from "../domain/Watermark.js"
 import { type ActivityInput, checkActivity } from "./ActivityRules.js"
 import { ActivityStore } from "./ActivityStore.js"
 import { ConversationRepo, type ListFilter } from "./ConversationRepo.js"
-import { ANSWER_TIMEOUT_MS, WRITE_DEADLINE_MS } from "./WriteTimings.js"
+import { ANSWER_TIMEOUT_MS, WRITE_DEADLINE_MS, WRITE_STATEMENT_TIMEOUT_MS } from "./WriteTimings.js"
 
 
 const clusterUnavailable = () =>
@@ -25,18 +25,27 @@ const clusterUnavailable = () =>
     retry_after_ms: 1000 + Math.floor(Math.random() * 1000)
   })
 
+/** A guard for the errors among `E` with one of these tags. */
+const tagged = <const T extends string>(...tags: ReadonlyArray<T>) =>
+<E>(e: E): e is Extract<E, { readonly _tag: T }> =>
+  typeof e === "object" && e !== null && "_tag" in e && (tags as ReadonlyArray<unknown>).includes(e._tag)
+
+/** The cluster did not take the message: nothing of it will be done. */
+const isRefused = tagged("MailboxFull", "AlreadyProcessingMessage")
+
 /** Maps what any cluster call can fail with besides its declared errors. */
 const clusterCall = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
   effect.pipe(
     // Cluster calls retry forever while a shard moves: every call gets a deadline.
     Effect.timeoutFail({ duration: ANSWER_TIMEOUT_MS, onTimeout: clusterUnavailable }),
-    Effect.catchIf(
-      (e): e is Extract<E, { readonly _tag: "MailboxFull" | "AlreadyProcessingMessage" | "PersistenceError" }> =>
-        typeof e === "object" && e !== null && "_tag" in e &&
-        (e._tag === "MailboxFull" || e._tag === "AlreadyProcessingMessage" || e._tag === "PersistenceError"),
-      () => Effect.fail(clusterUnavailable())
-    )
+    Effect.catchIf(tagged("MailboxFull", "AlreadyProcessingMessage", "PersistenceError"), () => Effect.fail(clusterUnavailable()))
   )
+
+/** An append's cluster call that ended without its answer: the draft may or may not be stored. */
+class Unanswered extends Data.TaggedError("Unanswered")<{}> {}
+
+/** A statement that ran until its timeout still needs its commit: a little more before looking. */
+const COMMIT_MARGIN_MS = 500
 
 const notFound = (id: string) => new NotFound({ message: `conversation ${id} not found` })
 
@@ -58,11 +67,38 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
     const cores = yield* ConversationCores
 
     /**
+     * The answer to an append whose cluster call ended without one (no reply in time, the owner's
+     * connection lost, the call interrupted by a shard moving): once no write of its draft can still
+     * commit (its deadline and a statement's time have passed), the draft is stored or never will
+     * be. So a 503 still means nothing was stored, and a write whose reply was lost is answered.
+     */
+    const settleUnanswered = (conversationId: string, request: AppendRequest): Effect.Effect<Activity, Unavailable> =>
+      Effect.suspend(() =>
+        Effect.sleep(Math.max(0, request.deadline + WRITE_STATEMENT_TIMEOUT_MS + COMMIT_MARGIN_MS - Date.now()))
+      ).pipe(
+        Effect.zipRight(store.findExisting(conversationId, [request.draft.id], [])),
+        Effect.orElseSucceed((): ReadonlyArray<Activity> => []),
+        Effect.flatMap((found) => found.length > 0 ? Effect.succeed(found[0]!) : Effect.fail(clusterUnavailable()))
+      )
+
+    /**
      * An append to a conversation this node owns goes straight to its core; others, and any the
      * core reports moved meanwhile, go through the cluster.
      */
     const appendTo = (conversationId: string, request: AppendRequest) => {
-      const viaCluster = clusterCall(entity(conversationId).Append(request))
+      const viaCluster = entity(conversationId).Append(request).pipe(
+        // Bounded like every cluster call, but an append left without its answer is settled, not guessed.
+        Effect.timeoutFail({ duration: ANSWER_TIMEOUT_MS, onTimeout: () => new Unanswered() }),
+        Effect.catchIf(isRefused, () => Effect.fail(clusterUnavailable())),
+        Effect.catchIf(tagged("Unanswered", "PersistenceError"), () => settleUnanswered(conversationId, request)),
+        // A defect or an interruption of the call itself (this request's own interruption is not caught).
+        Effect.catchAllCause((cause) =>
+          Option.match(Cause.failureOption(cause), {
+            onSome: Effect.fail,
+            onNone: () => settleUnanswered(conversationId, request)
+          })
+        )
+      )
       return cores.isOwned(conversationId)
         ? cores.get(conversationId).pipe(
           Effect.flatMap((core) => core.append(request, { ms: ANSWER_TIMEOUT_MS, onTimeout: clusterUnavailable })),
