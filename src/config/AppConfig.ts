@@ -123,20 +123,11 @@ const decodeRateLimits = (text: string) =>
       : first._tag === "Transformation"
       ? ` (${first.message})`
       : ""
-    // Read through Config.option first, so the error names the variable itself.
-    return ConfigError.InvalidData(["RATE_LIMITS"], `must be a JSON object {bucket: {limit, scale_ms}} of positive integers${problem}`)
+    return `must be a JSON object {bucket: {limit, scale_ms}} of positive integers${problem}`
   })
 
-/**
- * `RATE_LIMITS`: JSON `{bucket: {limit, scale_ms}}`; set but empty is unset, like every optional
- * setting. A misspelt bucket is an error rather than silently ignored.
- */
-const rateLimits = setting("RATE_LIMITS").pipe(
-  Config.mapOrFail(Option.match({
-    onNone: () => Either.right(Option.none()),
-    onSome: (text) => Either.map(decodeRateLimits(text), Option.some)
-  }))
-)
+/** `RATE_LIMITS`: JSON `{bucket: {limit, scale_ms}}`. A misspelt bucket is an error rather than silently ignored. */
+const rateLimits = optional("RATE_LIMITS", decodeRateLimits)
 
 const port = withDefault("PORT", 4000, portNumber)
 

@@ -60,7 +60,8 @@ export const refuseBody = (
       details: null
     }))
   }
-  if (!isReadAsJson(request)) return Effect.succeed(Option.none())
+  // Nothing to read: most requests (every GET) have no body.
+  if (!hasBody(request) || !isReadAsJson(request)) return Effect.succeed(Option.none())
   return request.text.pipe(
     HttpServerRequest.withMaxBodySize(Option.some(MAX_JSON_BODY_BYTES)),
     Effect.map((text): Option.Option<BodyRefusal> => {
