@@ -31,6 +31,31 @@ layer(TestNodeLive({ RATE_LIMITS: JSON.stringify(RATE_LIMITS) }), {
       expect(Number(rows[0]!.n)).toBe(3)
     }))
 
+  it.effect("over the limit, a retry of a stored append gets its activity; a new append gets 429", () =>
+    Effect.gen(function*() {
+      const { conversationId, key, tenant } = yield* tenantWithConversation
+      yield* admin("PATCH", `/tenants/${tenant.id}`, { tenant: { limits: { activity_create: { limit: 1, scale_ms: 60000 } } } })
+      const path = `/conversations/${conversationId}/activities`
+      const first = yield* tenantApi(key, "POST", path, { text: "once" }, { "x-idempotency-key": "k-1" })
+      expect(first.status).toBe(201)
+      const retry = yield* tenantApi(key, "POST", path, { text: "once" }, { "x-idempotency-key": "k-1" })
+      expect(retry.status).toBe(201)
+      expect(retry.body.data.id).toBe(first.body.data.id)
+      expect(retry.body.data.seq).toBe(1)
+      const fresh = yield* tenantApi(key, "POST", path, { text: "twice" }, { "x-idempotency-key": "k-2" })
+      expect(fresh.status).toBe(429)
+      expect(fresh.body.error.code).toBe("rate_limited")
+      // The key is looked up within the caller's reach only: another tenant over its limit gets 429.
+      const other = yield* tenantWithConversation
+      yield* admin("PATCH", `/tenants/${other.tenant.id}`, { tenant: { limits: { activity_create: { limit: 1, scale_ms: 60000 } } } })
+      const own = yield* tenantApi(other.key, "POST", `/conversations/${other.conversationId}/activities`, { text: "mine" })
+      expect(own.status).toBe(201)
+      const foreign = yield* tenantApi(other.key, "POST", path, { text: "once" }, { "x-idempotency-key": "k-1" })
+      expect(foreign.status).toBe(429)
+      const rows = yield* query<{ n: string }>("SELECT count(*) AS n FROM activities WHERE conversation_id = $1", [conversationId])
+      expect(Number(rows[0]!.n)).toBe(1)
+    }))
+
   it.effect("RATE_LIMITS overrides the built-in default; keys are counted apart", () =>
     Effect.gen(function*() {
       const limiter = yield* RateLimiter

@@ -171,6 +171,17 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
       )
     }
 
+    /**
+     * The activity stored under an idempotency key in a conversation within the caller's reach:
+     * a retry refused for another reason (a rate limit) still gets the append it repeats.
+     */
+    const storedUnderKey = (scope: ConversationScope, conversationId: string, key: string) =>
+      get(scope, conversationId, { channels: false }).pipe(
+        Effect.zipRight(store.findExisting(conversationId.toLowerCase(), [], [key]).pipe(orUnavailable)),
+        Effect.map((found) => Option.fromNullable(found[0])),
+        Effect.catchTag("NotFound", () => Effect.succeedNone)
+      )
+
     /** Closes or reopens; idempotent. Returns the conversation as it is afterwards. */
     const setStatus = (scope: ConversationScope, id: string, status: "active" | "closed") =>
       Effect.gen(function*() {
@@ -216,7 +227,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
     /** Creates a conversation on a channel, which becomes its origin. */
     const create = (input: Parameters<typeof repo.create>[0]) => repo.create(input).pipe(orUnavailable)
 
-    return { get, list, append, setStatus, activities, create } as const
+    return { get, list, append, storedUnderKey, setStatus, activities, create } as const
   }),
   dependencies: [ConversationRepo.Default]
 }) {}

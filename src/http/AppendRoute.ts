@@ -96,7 +96,6 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
         return Effect.succeed({ status: statusOfWireError(failure.value), body: toBody(failure.value, requestId) })
       }
       return Effect.logError("request failed unexpectedly", cause).pipe(
-        Effect.annotateLogs("request_id", requestId),
         Effect.as(failed(500, "internal", "internal error", null, requestId))
       )
     }
@@ -149,7 +148,8 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
       const started = performance.now()
       const requestId = requestIdFrom(header(request, "x-request-id"))
       runFork(
-        Effect.flatMap(Effect.zip(answer(request, conversationId, text, requestId), lifecycle.isDraining), ([result, draining]) => {
+        // Every line logged while answering names the request, as the router's do.
+        Effect.flatMap(Effect.zip(answer(request, conversationId, text, requestId).pipe(Effect.annotateLogs("request_id", requestId)), lifecycle.isDraining), ([result, draining]) => {
           const seconds = respond(response, requestId, result, started, draining)
           return accessLog
             ? Effect.logDebug("http request").pipe(Effect.annotateLogs({

@@ -1,5 +1,5 @@
 import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
-import { Effect } from "effect"
+import { Effect, Option } from "effect"
 import { Conversations } from "../conversations/Conversations.js"
 import { BadRequest } from "../domain/ApiError.js"
 import { isOpaqueWatermark } from "../domain/Watermark.js"
@@ -9,7 +9,10 @@ import { checkScope, CurrentCredential, markDeprecated, requireScope, type Tenan
 import { decodeCursor, encodeCursor, parseLimit, parseUuid } from "./Paging.js"
 import { ParleyApi } from "./ParleyApi.js"
 
-/** `POST /conversations/:id/activities` once the caller is known: scope, rate limit, append. */
+/**
+ * `POST /conversations/:id/activities` once the caller is known: scope, rate limit, append. A retry
+ * over the limit whose idempotency key is already stored gets its activity, as any retry does.
+ */
 export const postActivity = (conversations: Conversations, limiter: RateLimiter) =>
 (
   credential: TenantCredential,
@@ -23,6 +26,10 @@ export const postActivity = (conversations: Conversations, limiter: RateLimiter)
       idempotencyKey: idempotencyKey ?? null,
       sourceChannelId: null
     })),
+    Effect.catchTag("RateLimited", (limited) =>
+      idempotencyKey === undefined ? Effect.fail(limited) : conversations.storedUnderKey(credential, conversationId, idempotencyKey).pipe(
+        Effect.flatMap(Option.match({ onNone: () => Effect.fail(limited), onSome: Effect.succeed }))
+      )),
     Effect.map((data) => ({ data }))
   )
 
