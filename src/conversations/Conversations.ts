@@ -178,8 +178,8 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
     const storedUnderKey = (scope: ConversationScope, conversationId: string, key: string) =>
       get(scope, conversationId, { channels: false }).pipe(
         Effect.zipRight(store.findExisting(conversationId.toLowerCase(), [], [key]).pipe(orUnavailable)),
-        Effect.map((found) => Option.fromNullable(found[0])),
-        Effect.catchTag("NotFound", () => Effect.succeedNone)
+        Effect.map((found) => Option.fromNullable<Activity>(found[0])),
+        Effect.catchTag("NotFound", () => Effect.succeed(Option.none<Activity>()))
       )
 
     /** Closes or reopens; idempotent. Returns the conversation as it is afterwards. */

@@ -1,6 +1,7 @@
 import { NodeContext } from "@effect/platform-node"
 import { PgMigrator } from "@effect/sql-pg"
 import { Layer } from "effect"
+import { oneNodeAtATime } from "./SetupLock.js"
 import foundation from "../../migrations/0001_foundation.js"
 import rateLimitCounters from "../../migrations/0002_rate_limit_counters.js"
 import appendPath from "../../migrations/0003_append_path.js"
@@ -16,7 +17,10 @@ export const migrations = {
   "0005_rate_limit_window_end": rateLimitWindowEnd
 } as const
 
-/** Applies pending migrations at start; PgMigrator locks its table, so concurrent nodes are safe. */
-export const MigrationsLive = PgMigrator.layer({
+/**
+ * Applies pending migrations at start. PgMigrator locks its table while it migrates, but creates
+ * that table unguarded: nodes starting together take turns under the setup lock.
+ */
+export const MigrationsLive = oneNodeAtATime(PgMigrator.layer({
   loader: PgMigrator.fromRecord(migrations)
-}).pipe(Layer.provide(NodeContext.layer))
+})).pipe(Layer.provide(NodeContext.layer))

@@ -16,13 +16,17 @@ export interface NodeProcess {
   readonly exited: Promise<number | null>
 }
 
-const waitReady = (baseUrl: string, output: () => string) =>
+/** Ready, or a failure with its output as soon as the process has exited. */
+const waitReady = (baseUrl: string, child: ChildProcess, output: () => string) =>
   Effect.tryPromise(async () => {
+    if (child.exitCode !== null || child.signalCode !== null) return "exited" as const
     const response = await fetch(`${baseUrl}/health/ready`)
     if (response.status !== 200) throw new Error(`not ready: ${response.status}`)
+    return "ready" as const
   }).pipe(
     Effect.retry(Schedule.spaced("200 millis").pipe(Schedule.upTo("90 seconds"))),
-    Effect.mapError(() => new Error(`node at ${baseUrl} never became ready:\n${output()}`)),
+    Effect.filterOrFail((state) => state === "ready", () => "exited"),
+    Effect.mapError((e) => new Error(`node at ${baseUrl} ${e === "exited" ? "exited" : "never became ready"}:\n${output()}`)),
     Effect.orDie
   )
 
@@ -55,7 +59,7 @@ export const spawnNode = (name: string, env: Record<string, string>) =>
       child.stderr!.on("data", keep)
       const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)))
       const node: NodeProcess = { name, baseUrl: `http://127.0.0.1:${port}`, runnerPort, child, output: () => log, exited }
-      yield* waitReady(node.baseUrl, node.output)
+      yield* waitReady(node.baseUrl, child, node.output)
       return node
     }),
     (node) =>

@@ -1,0 +1,34 @@
+import { SqlError } from "@effect/sql/SqlError"
+import { Effect, Layer } from "effect"
+import { DatabasePool } from "./Database.js"
+
+/** The advisory lock nodes take while they set up shared storage (distinct from the shard locks). */
+const SETUP_LOCK = 7_340_001
+
+/**
+ * Builds `layer` while holding a database-wide advisory lock, so nodes started together on a new
+ * database set up their tables one after another. Both the migrator (its bookkeeping table) and the
+ * cluster's SQL storage create tables outside any lock of their own; racing there, a node died on a
+ * duplicate type. The lock is held on one connection of the pool, only while the layer starts. The
+ * embedded database serves one node, which takes no lock.
+ */
+export const oneNodeAtATime = <ROut, E, RIn>(layer: Layer.Layer<ROut, E, RIn>) =>
+  Layer.scopedContext(Effect.gen(function*() {
+    const { embedded, pool } = yield* DatabasePool
+    if (embedded) return yield* Layer.build(layer)
+    const connect = Effect.tryPromise({
+      try: () => pool.connect(),
+      catch: (cause) => new SqlError({ cause, message: "cannot open a connection for the setup lock" })
+    })
+    // The connection goes back to the pool once the layer has started; the layer lives on.
+    return yield* Effect.acquireUseRelease(connect, (session) => {
+      const query = (text: string) =>
+        Effect.tryPromise({
+          try: () => session.query(text, [SETUP_LOCK]),
+          catch: (cause) => new SqlError({ cause, message: "the setup lock failed" })
+        })
+      return query("SELECT pg_advisory_lock($1)").pipe(
+        Effect.zipRight(Layer.build(layer).pipe(Effect.ensuring(Effect.ignore(query("SELECT pg_advisory_unlock($1)")))))
+      )
+    }, (session) => Effect.sync(() => session.release()))
+  }))
