@@ -271,6 +271,7 @@ describe("AppConfig", () => {
     ["RATE_LIMITS", { RATE_LIMITS: "{not json" }],
     ["RATE_LIMITS", { RATE_LIMITS: "{\"upload\":{\"limit\":0,\"scale_ms\":1000}}" }],
     ["RATE_LIMITS", { RATE_LIMITS: "{\"uplaod\":{\"limit\":1,\"scale_ms\":1000}}" }],
+    ["RATE_LIMITS", { RATE_LIMITS: "{\"upload\":{\"limit\":1,\"scale_ms\":31536000001}}" }],
     ["LOG_LEVEL", { LOG_LEVEL: "loud" }],
     ["LOG_FORMAT", { LOG_FORMAT: "xml" }],
     ["CLUSTER_RUNNER_PORT", { CLUSTER_RUNNER_PORT: "x" }],

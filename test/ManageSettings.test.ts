@@ -70,6 +70,21 @@ layer(TestNodeLive(), { excludeTestServices: true })("management API: settings a
       expect((yield* manage(tenant.api_key, "GET", "/settings")).body.data.retention_days).toBe(90)
     }))
 
+  it.effect("a window longer than a year or a limit beyond an exact integer is 422 validation_failed", () =>
+    Effect.gen(function*() {
+      const tenant = yield* createTenant()
+      for (const window of [{ limit: 5, scale_ms: 365 * 86_400_000 + 1 }, { limit: 2 ** 53, scale_ms: 1000 }]) {
+        const reply = yield* manage(tenant.api_key, "PATCH", "/settings", { settings: { limits: { upload: window } } })
+        expect(reply.status).toBe(422)
+        expect(reply.body.error.code).toBe("validation_failed")
+        expect(Object.keys(reply.body.error.details)).toEqual(["limits"])
+      }
+      const year = yield* manage(tenant.api_key, "PATCH", "/settings", {
+        settings: { limits: { upload: { limit: 5, scale_ms: 365 * 86_400_000 } } }
+      })
+      expect(year.status).toBe(200)
+    }))
+
   it.effect("no key is 401, a channel token 403, a key without manage 403 insufficient_scope", () =>
     Effect.gen(function*() {
       const tenant = yield* createTenant()

@@ -26,10 +26,16 @@ export const OverridableBucket = Schema.Literal(
 )
 export type OverridableBucket = typeof OverridableBucket.Type
 
+/**
+ * The longest window: a year. Windows are aligned to wall-clock time and their bounds stored as
+ * milliseconds, so longer ones would only overflow the counters' columns and the `retry-after` header.
+ */
+export const MAX_SCALE_MS = 365 * 86_400_000
+
 /** One fixed window: `limit` events per `scale_ms` milliseconds. */
 export class Window extends Schema.Class<Window>("Window")({
-  limit: Schema.Int.pipe(Schema.greaterThan(0)),
-  scale_ms: Schema.Int.pipe(Schema.greaterThan(0))
+  limit: Schema.Int.pipe(Schema.between(1, Number.MAX_SAFE_INTEGER)),
+  scale_ms: Schema.Int.pipe(Schema.between(1, MAX_SCALE_MS))
 }) {}
 
 const windowsOf = <const K extends ReadonlyArray<string>>(keys: K) =>

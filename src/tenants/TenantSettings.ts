@@ -47,7 +47,8 @@ export const validateSettings = (input: SettingsInput, problems: Problems) =>
       if (Either.isLeft(limits)) {
         problems.add(
           "limits",
-          "must map activity_create, upload, inbound, token_generate or publishable_token to {limit, scale_ms}, both integers above 0"
+          "must map activity_create, upload, inbound, token_generate or publishable_token to {limit, scale_ms}, " +
+            "both integers above 0, scale_ms at most 31536000000 (a year)"
         )
       } else patch.limits = JSON.stringify(limits.right)
     }
