@@ -1,6 +1,7 @@
-import { Chunk, Data, Effect, Either, Exit, FiberId, Option, PubSub, Stream } from "effect"
+import { Data, Effect, Either, Exit, FiberId, Option, PubSub, Stream } from "effect"
 import { awaitReply, type Reply } from "../src/concurrency/WorkQueue.js"
 import { ActivityStore, type PlannedDelivery } from "../src/conversations/ActivityStore.js"
+import { inSeqOrder, livePubSub, type ReadAfter, storedBetween } from "../src/conversations/SeqFollower.js"
 import { type ConversationState, ConversationStateRepo } from "../src/conversations/ConversationState.js"
 import type { Activity, ActivityDraft } from "../src/domain/Activity.js"
 import { ConversationClosed, databaseUnavailable, NotFound, type Unavailable } from "../src/domain/ApiError.js"
@@ -91,7 +92,7 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
   Effect.gen(function*() {
     const store = yield* ActivityStore
     const states = yield* ConversationStateRepo
-    const live = yield* PubSub.unbounded<Activity>()
+    const live = yield* livePubSub()
     // Commands waiting for the next round, in arrival order.
     const inbox: Array<Command> = []
     // Used only by the round that holds the turn; `undefined` means "load from the database".
@@ -325,24 +326,16 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
       return Effect.flatMap(runRound(commands), () => answer ?? Exit.die(new Error("the round gave no answer")))
     }
 
-    /** Stored activities above `fromSeq`, then live ones; subscribed first so nothing falls between. */
+    /**
+     * Stored activities above `fromSeq`, then live ones; subscribed first so nothing falls between.
+     * A listener too slow for the live buffer reads what it missed from the table.
+     */
     const subscribe = (fromSeq: number) =>
       Stream.unwrapScoped(Effect.gen(function*() {
         yield* Effect.acquireRelease(Effect.sync(() => subscribers++), () => Effect.sync(() => subscribers--))
         const subscription = yield* PubSub.subscribe(live)
-        let last = fromSeq
-        const stored = Stream.paginateChunkEffect(fromSeq, (after) =>
-          store.readAfter(conversationId, after, REPLAY_PAGE).pipe(
-            Effect.map((page) =>
-              [
-                Chunk.fromIterable(page),
-                page.length < REPLAY_PAGE ? Option.none<number>() : Option.some(page[page.length - 1]!.seq)
-              ] as const
-            )
-          ))
-        return Stream.concat(stored, Stream.fromQueue(subscription)).pipe(
-          Stream.filter((activity) => activity.seq > last),
-          Stream.tap((activity) => Effect.sync(() => (last = activity.seq))),
+        const read: ReadAfter<unknown> = (after, limit) => store.readAfter(conversationId, after, limit)
+        return inSeqOrder(fromSeq, storedBetween(read, REPLAY_PAGE, fromSeq), Stream.fromQueue(subscription), read, REPLAY_PAGE).pipe(
           Stream.catchAll(() => Stream.fail(databaseUnavailable()))
         )
       }))

@@ -1,9 +1,10 @@
 import { expect, layer } from "@effect/vitest"
-import { Chunk, Effect, Fiber, Stream } from "effect"
+import { Chunk, Deferred, Effect, Fiber, Stream } from "effect"
+import { LIVE_BUFFER } from "../src/conversations/SeqFollower.js"
 import { ConversationHub } from "../src/realtime/ConversationHub.js"
 import { tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { query } from "./support/TestDatabase.js"
-import { TestNodeLive } from "./support/TestNode.js"
+import { admin, TestNodeLive } from "./support/TestNode.js"
 
 layer(TestNodeLive(), { excludeTestServices: true })("node-local hub", (it) => {
   it.effect("a listener gets stored history from its watermark, then live activities in order", () =>
@@ -56,4 +57,28 @@ layer(TestNodeLive(), { excludeTestServices: true })("node-local hub", (it) => {
       const seen = Chunk.toReadonlyArray(yield* Fiber.join(listener).pipe(Effect.timeout("10 seconds")))
       expect(seen.map((a) => [a.seq, a.text])).toEqual([[1, "announced"], [2, "silent"]])
     }))
+
+  it.effect("a listener slower than the live buffer still gets every activity once, in order", () =>
+    Effect.gen(function*() {
+      const hub = yield* ConversationHub
+      const { conversationId, key, tenant } = yield* tenantWithConversation
+      yield* admin("PATCH", `/tenants/${tenant.id}`, { tenant: { limits: { activity_create: { limit: 100000, scale_ms: 1000 } } } })
+      const total = LIVE_BUFFER + 200
+      const gate = yield* Deferred.make<void>()
+      // Holds its first activity until every append is done: the rest overflow the live buffer.
+      const listener = yield* hub.subscribe(conversationId, 0).pipe(
+        Stream.tap(() => Deferred.await(gate)),
+        Stream.take(total),
+        Stream.runCollect,
+        Effect.fork
+      )
+      yield* Effect.sleep("200 millis")
+      const path = `/conversations/${conversationId}/activities`
+      yield* Effect.forEach(Array.from({ length: total }, (_, i) => i + 1), (i) =>
+        Effect.flatMap(tenantApi(key, "POST", path, { text: `m${i}` }), (reply) =>
+          Effect.sync(() => expect(reply.status).toBe(201))), { concurrency: 16, discard: true })
+      yield* Deferred.succeed(gate, undefined)
+      const seen = Chunk.toReadonlyArray(yield* Fiber.join(listener).pipe(Effect.timeout("30 seconds")))
+      expect(seen.map((a) => a.seq)).toEqual(Array.from({ length: total }, (_, i) => i + 1))
+    }), 60_000)
 })

@@ -1,6 +1,7 @@
-import { Chunk, Duration, Effect, ExecutionStrategy, Exit, Option, PubSub, Ref, Schedule, Scope, Stream } from "effect"
+import { Duration, Effect, ExecutionStrategy, Exit, PubSub, Ref, Schedule, Scope, Stream } from "effect"
 import { ConversationEntity } from "../../cluster/ConversationEntity.js"
 import { ActivityStore } from "../conversations/ActivityStore.js"
+import { inSeqOrder, livePubSub, type ReadAfter, storedBetween } from "../conversations/SeqFollower.js"
 import type { Activity } from "../domain/Activity.js"
 import { databaseUnavailable, type Unavailable } from "../domain/ApiError.js"
 
@@ -38,18 +39,13 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
     const topics = new Map<string, Topic>()
     const lock = yield* Effect.makeSemaphore(1)
 
+    const readOf = (conversationId: string): ReadAfter<unknown> => (after, limit) =>
+      store.readAfter(conversationId, after, limit)
+
     /** Publishes stored activities above the topic's last seq (up to `below`, exclusive, if given). */
     const fillFromTable = (conversationId: string, topic: Feed, below?: number) =>
-      Effect.gen(function*() {
-        while (true) {
-          const last = yield* Ref.get(topic.last)
-          if (below !== undefined && last >= below - 1) return
-          const page = yield* store.readAfter(conversationId, last, PAGE)
-          const wanted = below === undefined ? page : page.filter((a) => a.seq < below)
-          for (const activity of wanted) yield* publishNext(topic, activity)
-          if (page.length < PAGE) return
-        }
-      })
+      Effect.flatMap(Ref.get(topic.last), (last) =>
+        Stream.runForEach(storedBetween(readOf(conversationId), PAGE, last, below), (activity) => publishNext(topic, activity)))
 
     // `last` moves before the publish: a listener that subscribes in between reads the activity
     // from the table (it is committed) instead of missing it in both places.
@@ -103,7 +99,7 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
     const open = (conversationId: string, head: number) =>
       Effect.gen(function*() {
         const scope = yield* Scope.fork(hubScope, ExecutionStrategy.sequential)
-        const pubsub = yield* PubSub.unbounded<Activity>()
+        const pubsub = yield* livePubSub()
         const last = yield* Ref.make(head)
         const publishing = yield* Effect.makeSemaphore(1)
         // Acquired uninterruptibly (a stream's resource): make the follower interruptible again.
@@ -155,19 +151,9 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
         const topic = yield* Effect.acquireRelease(acquire(conversationId), () => release(conversationId))
         const live = yield* PubSub.subscribe(topic.pubsub)
         const upTo = yield* Ref.get(topic.last)
-        let last = fromSeq
-        const stored = Stream.paginateChunkEffect(fromSeq, (after) =>
-          store.readAfter(conversationId, after, PAGE).pipe(
-            Effect.map((page) => {
-              const wanted = page.filter((a) => a.seq <= upTo)
-              const done = page.length < PAGE || wanted.length < page.length
-              return [Chunk.fromIterable(wanted), done ? Option.none<number>() : Option.some(page[page.length - 1]!.seq)] as const
-            })
-          ))
-        return Stream.concat(stored, Stream.fromQueue(live)).pipe(
-          Stream.filter((activity) => activity.seq > last),
-          Stream.tap((activity) => Effect.sync(() => (last = activity.seq)))
-        )
+        const read = readOf(conversationId)
+        // Stored up to what the topic had published when subscribed; live from there on.
+        return inSeqOrder(fromSeq, storedBetween(read, PAGE, fromSeq, upTo + 1), Stream.fromQueue(live), read, PAGE)
       })).pipe(Stream.catchAll(() => Stream.fail(databaseUnavailable())))
 
     return { subscribe } as const

@@ -1,0 +1,50 @@
+import { Chunk, Effect, Option, PubSub, Stream } from "effect"
+import type { Activity } from "../domain/Activity.js"
+
+/**
+ * Live activities a conversation's listeners may fall behind on before the oldest ones are dropped
+ * for them. Nothing is lost by it: a listener that finds a gap reads it from the table.
+ */
+export const LIVE_BUFFER = 1024
+
+/** Reads up to `limit` stored activities with seq above `after`, oldest first. */
+export type ReadAfter<E> = (after: number, limit: number) => Effect.Effect<ReadonlyArray<Activity>, E>
+
+/** A fan-out of live activities bounded in memory: a slow listener loses the oldest, never the newest. */
+export const livePubSub = () => PubSub.sliding<Activity>(LIVE_BUFFER)
+
+/** Stored activities with seq above `after` and below `before` (unbounded when absent), in pages. */
+export const storedBetween = <E>(read: ReadAfter<E>, page: number, after: number, before = Infinity) =>
+  Stream.paginateChunkEffect(after, (from) =>
+    read(from, page).pipe(
+      Effect.map((rows) => {
+        const wanted = rows.filter((a) => a.seq < before)
+        const done = rows.length < page || wanted.length < rows.length
+        return [Chunk.fromIterable(wanted), done ? Option.none<number>() : Option.some(rows[rows.length - 1]!.seq)] as const
+      })
+    ))
+
+/**
+ * Every activity with seq above `fromSeq`, each once and in seq order: `stored` first, then `live`.
+ * A live activity past the next expected seq (its predecessors were dropped for a slow listener,
+ * or published before the subscription) is preceded by the missing ones, read from the table.
+ */
+export const inSeqOrder = <E, E2>(
+  fromSeq: number,
+  stored: Stream.Stream<Activity, E>,
+  live: Stream.Stream<Activity>,
+  read: ReadAfter<E2>,
+  page: number
+): Stream.Stream<Activity, E | E2> => {
+  let last = fromSeq
+  const next = (activity: Activity): Stream.Stream<Activity, E2> =>
+    activity.seq <= last
+      ? Stream.empty
+      : activity.seq === last + 1
+      ? Stream.succeed(activity)
+      : Stream.concat(storedBetween(read, page, last, activity.seq), Stream.succeed(activity))
+  return Stream.concat(stored, live).pipe(
+    Stream.flatMap((activity) => Stream.suspend(() => next(activity))),
+    Stream.tap((activity) => Effect.sync(() => (last = activity.seq)))
+  )
+}
