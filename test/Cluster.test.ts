@@ -1,6 +1,7 @@
 import { EntityId, Sharding } from "@effect/cluster"
 import { describe, expect, layer } from "@effect/vitest"
-import { Chunk, Effect, Fiber, Stream } from "effect"
+import { Chunk, Effect, Fiber, Schedule, Stream } from "effect"
+import Pg from "pg"
 import { ConversationHub } from "../src/realtime/ConversationHub.js"
 import { insertChannel, insertConversation } from "./support/Fixtures.js"
 import { type Ack, client, deliver } from "./support/LoadClient.js"
@@ -134,6 +135,60 @@ describe.skipIf(serverUrl === undefined)("cluster", () => {
         expect(seen.map((x) => x.seq)).toEqual(Array.from({ length: total }, (_, i) => i + 1))
         expect(new Set(seen.map((x) => x.id))).toEqual(new Set(acks.map((x) => x.id)))
       }).pipe(Effect.scoped), { timeout: 180_000 })
+
+    it.effect("an append whose owner committed it but never answered is answered with the stored activity", () =>
+      Effect.gen(function*() {
+        const { a, c } = yield* startPeers
+        const self = yield* TestNode
+        const db = yield* TestDatabase
+        const tenant = yield* createTenant()
+        const channel = yield* insertChannel(tenant.id)
+        // A conversation a peer owns (the peers take their shards over a few seconds after starting).
+        const { conversationId, owner } = yield* Effect.gen(function*() {
+          const id = yield* insertConversation(tenant.id, channel.id)
+          yield* deliver(() => [self.baseUrl], tenant.api_key, id, "warm", 0)
+          const port = yield* ownerPort(id)
+          const peer = [a, c].find((node) => node.runnerPort === port)
+          return peer === undefined ? yield* Effect.fail("owned here") : { conversationId: id, owner: peer }
+        }).pipe(Effect.retry({ times: 50, schedule: Schedule.spaced("200 millis") }), Effect.orDie)
+
+        // The owner's write waits on a row lock held here; the owner is frozen while it waits, and
+        // the lock released: the write commits, and its answer never leaves the frozen process.
+        const holder = new Pg.Client({ connectionString: db.url! })
+        yield* Effect.acquireRelease(Effect.promise(() => holder.connect()), () => Effect.promise(() => holder.end()))
+        yield* Effect.promise(() => holder.query("BEGIN"))
+        yield* Effect.promise(() => holder.query("SELECT 1 FROM conversations WHERE id = $1 FOR UPDATE", [conversationId]))
+        const answer = yield* Effect.promise(() =>
+          fetch(`${self.baseUrl}/api/v1/conversations/${conversationId}/activities`, {
+            method: "POST",
+            headers: { "x-api-key": tenant.api_key, "x-idempotency-key": "held", "content-type": "application/json" },
+            body: JSON.stringify({ text: "held" })
+          }).then(async (r) => ({ status: r.status, body: (await r.json()) as { data: { id: string; seq: number } } }))
+        ).pipe(Effect.fork)
+        yield* query<{ n: string }>(
+          `SELECT count(*) AS n FROM pg_stat_activity
+           WHERE application_name = $1 AND wait_event_type = 'Lock' AND datname = current_database()`,
+          [`parley 127.0.0.1:${owner.runnerPort}`]
+        ).pipe(
+          Effect.filterOrFail((rows) => Number(rows[0]!.n) > 0, () => "not waiting yet"),
+          Effect.retry(Schedule.spaced("20 millis").pipe(Schedule.upTo("1500 millis"))),
+          Effect.orDie
+        )
+        owner.child.kill("SIGSTOP")
+        yield* Effect.addFinalizer(() => Effect.sync(() => owner.child.kill("SIGCONT")))
+        yield* Effect.promise(() => holder.query("COMMIT"))
+        const stored = yield* Effect.promise(() =>
+          holder.query("SELECT id, seq FROM activities WHERE conversation_id = $1 AND idempotency_key = 'held'", [conversationId])
+        ).pipe(
+          Effect.filterOrFail((result) => result.rows.length === 1, () => "not committed yet"),
+          Effect.retry(Schedule.spaced("50 millis").pipe(Schedule.upTo("2 seconds"))),
+          Effect.orDie
+        )
+        const reply = yield* Fiber.join(answer)
+        expect(reply.status).toBe(201)
+        expect(reply.body.data.id).toBe(stored.rows[0].id)
+        expect(reply.body.data.seq).toBe(Number(stored.rows[0].seq))
+      }).pipe(Effect.scoped), { timeout: 120_000 })
 
     it.effect("kill -9 of an owning node under load loses nothing acknowledged and duplicates nothing", () =>
       survivesLoss((node) => Effect.sync(() => node.child.kill("SIGKILL"))).pipe(Effect.scoped), { timeout: 240_000 })
