@@ -1,0 +1,52 @@
+import { Effect } from "effect"
+import * as Net from "node:net"
+
+/** A TCP proxy to a server that can be switched to accept connections and never answer them. */
+export interface TcpProxy {
+  readonly port: number
+  /** From now on new connections are accepted and left without an answer; open ones are cut. */
+  readonly blackhole: () => void
+  /** Forwards new connections again. */
+  readonly restore: () => void
+}
+
+/** Starts a proxy on a free loopback port to `target`; it closes with the scope. */
+export const tcpProxy = (target: { readonly host: string; readonly port: number }) =>
+  Effect.acquireRelease(
+    Effect.async<{ readonly proxy: TcpProxy; readonly server: Net.Server; readonly sockets: Set<Net.Socket> }>((resume) => {
+      const sockets = new Set<Net.Socket>()
+      let forwarding = true
+      const track = (socket: Net.Socket) => {
+        sockets.add(socket)
+        socket.on("close", () => sockets.delete(socket))
+        socket.on("error", () => socket.destroy())
+      }
+      const server = Net.createServer((client) => {
+        track(client)
+        if (!forwarding) return
+        const upstream = Net.connect(target.port, target.host)
+        track(upstream)
+        client.pipe(upstream).pipe(client)
+        client.on("close", () => upstream.destroy())
+        upstream.on("close", () => client.destroy())
+      })
+      server.listen(0, "127.0.0.1", () => {
+        const proxy: TcpProxy = {
+          port: (server.address() as Net.AddressInfo).port,
+          blackhole: () => {
+            forwarding = false
+            for (const socket of sockets) socket.destroy()
+          },
+          restore: () => {
+            forwarding = true
+          }
+        }
+        resume(Effect.succeed({ proxy, server, sockets }))
+      })
+    }),
+    ({ server, sockets }) =>
+      Effect.async<void>((resume) => {
+        for (const socket of sockets) socket.destroy()
+        server.close(() => resume(Effect.void))
+      })
+  ).pipe(Effect.map(({ proxy }) => proxy))
