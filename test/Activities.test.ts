@@ -129,6 +129,28 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
         expect(yield* countActivities(conversationId)).toBe(0)
       }))
 
+    it.effect("a typed payload's problems read one per field, without the value sent", () =>
+      Effect.gen(function*() {
+        const { conversationId, key } = yield* tenantWithConversation
+        const cases: Array<[unknown, ReadonlyArray<string>]> = [
+          [{ message_type: "image", payload: { url: "https://x.test/a.png", width: 0 } }, ["width: Expected a positive number"]],
+          [
+            { message_type: "tool_call", payload: { name: "t", status: "done" } },
+            [`status: Expected "pending", "running", "completed" or "failed"`]
+          ],
+          [
+            { message_type: "interrupt", payload: { prompt: "p", options: Array.from({ length: 21 }, (_, i) => `option-${i}`) } },
+            ["options: Expected an array of at most 20 item(s)"]
+          ]
+        ]
+        for (const [body, messages] of cases) {
+          const reply = yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, body)
+          expect(reply.status).toBe(422)
+          expect(reply.body.error.details.payload).toEqual(messages)
+        }
+        expect(yield* countActivities(conversationId)).toBe(0)
+      }))
+
     it.effect("attachments keep only documented keys; typed messages fill text", () =>
       Effect.gen(function*() {
         const { conversationId, key } = yield* tenantWithConversation
@@ -326,9 +348,14 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
         expect((yield* tenantApi(key, "GET", `${path}?watermark=3`)).headers.get("deprecation")).toBeNull()
         const empty = (yield* tenantApi(key, "GET", `${path}?watermark=5`)).body
         expect(empty).toEqual({ data: [], meta: { watermark: 5, has_more: false, limit: 100 } })
-        const bad = yield* tenantApi(key, "GET", `${path}?watermark=%%%`)
-        expect(bad.status).toBe(400)
-        expect(bad.body.error.code).toBe("invalid_watermark")
+        // Any exact integer is a position; past 2^53 - 1 a seq can no longer be told apart.
+        const largest = (yield* tenantApi(key, "GET", `${path}?watermark=9007199254740991`)).body
+        expect(largest.meta.watermark).toBe(9007199254740991)
+        for (const watermark of ["%%%", "9007199254740992", Buffer.from("seq:9007199254740992").toString("base64url")]) {
+          const bad = yield* tenantApi(key, "GET", `${path}?watermark=${watermark}`)
+          expect(bad.status, watermark).toBe(400)
+          expect(bad.body.error.code).toBe("invalid_watermark")
+        }
         expect((yield* tenantApi(key, "GET", `${path}?limit=abc`)).status).toBe(400)
       }))
 

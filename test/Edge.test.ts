@@ -148,7 +148,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("HTTP edge", (it) => {
 
   it.effect("the router reads a body without a content type as JSON, depth limit included; other types are 400", () =>
     Effect.gen(function*() {
-      const { channel, conversationId } = yield* tenantWithConversation
+      const { channel, conversationId, key } = yield* tenantWithConversation
       const path = `/api/v1/conversations/${conversationId}/activities`
       // The channel token takes the router's way; no content type is read as application/json.
       const deep = yield* raw({
@@ -160,15 +160,24 @@ layer(TestNodeLive(), { excludeTestServices: true })("HTTP edge", (it) => {
       expect(deep.status).toBe(400)
       expect(JSON.parse(deep.text)).toEqual(envelope("bad_request"))
       // Bodies of other types are refused, not read as a payload of fields or bytes.
-      for (const [type, body] of [["application/vnd.api+json", `{"text": "hi"}`], ["application/x-www-form-urlencoded", "text=hi"]]) {
-        const reply = yield* raw({
-          method: "POST",
-          path,
-          headers: { "x-channel-token": channel.secret, "content-type": type! },
-          chunks: [body!]
-        }).pipe(Effect.timeout("10 seconds"))
-        expect(reply.status, type).toBe(400)
-        expect(JSON.parse(reply.text)).toEqual(envelope("bad_request"))
+      // On both ways: the router's (channel token) and the lean route's (API key).
+      const others = [
+        ["application/vnd.api+json", `{"text": "hi"}`],
+        ["application/x-www-form-urlencoded", "text=hi"],
+        ["application/json-patch+json", `{"text": "hi"}`],
+        ["text/plain; note=application/json", `{"text": "hi"}`]
+      ]
+      for (const credential of [{ "x-channel-token": channel.secret }, { "x-api-key": key }]) {
+        for (const [type, body] of others) {
+          const reply = yield* raw({
+            method: "POST",
+            path,
+            headers: { ...credential, "content-type": type! },
+            chunks: [body!]
+          }).pipe(Effect.timeout("10 seconds"))
+          expect(reply.status, type).toBe(400)
+          expect(JSON.parse(reply.text)).toEqual(envelope("bad_request"))
+        }
       }
       expect(yield* storedTexts(conversationId)).toHaveLength(0)
     }))

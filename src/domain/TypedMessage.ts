@@ -1,12 +1,15 @@
 import { Either, ParseResult, Schema } from "effect"
 
+/** A field that may be left out; when present it must match (JSON has no `undefined`). */
+const optional = <S extends Schema.Schema.Any>(schema: S) => Schema.optionalWith(schema, { exact: true })
+
 const Label = Schema.String.pipe(Schema.minLength(1), Schema.maxLength(256))
 const Url = Schema.String.pipe(Schema.pattern(/^https?:\/\/\S+$/), Schema.maxLength(2048))
 
 const Button = Schema.Struct({
   label: Label,
-  value: Schema.optional(Schema.String.pipe(Schema.maxLength(1024))),
-  url: Schema.optional(Url)
+  value: optional(Schema.String.pipe(Schema.maxLength(1024))),
+  url: optional(Url)
 })
 const Buttons = Schema.Array(Button).pipe(Schema.minItems(1), Schema.maxItems(20))
 
@@ -15,39 +18,39 @@ const Buttons = Schema.Array(Button).pipe(Schema.minItems(1), Schema.maxItems(20
  * are accepted with any object payload.
  */
 export const TypedPayloads = {
-  buttons: Schema.Struct({ text: Schema.optional(Schema.String), buttons: Buttons }),
+  buttons: Schema.Struct({ text: optional(Schema.String), buttons: Buttons }),
   card: Schema.Struct({
     title: Label,
-    subtitle: Schema.optional(Schema.String),
-    imageUrl: Schema.optional(Url),
-    buttons: Schema.optional(Buttons)
+    subtitle: optional(Schema.String),
+    imageUrl: optional(Url),
+    buttons: optional(Buttons)
   }),
   image: Schema.Struct({
     url: Url,
-    alt: Schema.optional(Schema.String),
-    width: Schema.optional(Schema.Int.pipe(Schema.positive())),
-    height: Schema.optional(Schema.Int.pipe(Schema.positive()))
+    alt: optional(Schema.String),
+    width: optional(Schema.Int.pipe(Schema.positive())),
+    height: optional(Schema.Int.pipe(Schema.positive()))
   }),
   location: Schema.Struct({
     latitude: Schema.Number.pipe(Schema.between(-90, 90)),
     longitude: Schema.Number.pipe(Schema.between(-180, 180)),
-    name: Schema.optional(Schema.String),
-    address: Schema.optional(Schema.String)
+    name: optional(Schema.String),
+    address: optional(Schema.String)
   }),
   tool_call: Schema.Struct({
     name: Label,
-    callId: Schema.optional(Schema.String),
-    arguments: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Unknown })),
-    status: Schema.optional(Schema.Literal("pending", "running", "completed", "failed"))
+    callId: optional(Schema.String),
+    arguments: optional(Schema.Record({ key: Schema.String, value: Schema.Unknown })),
+    status: optional(Schema.Literal("pending", "running", "completed", "failed"))
   }),
   genui: Schema.Struct({
     component: Label,
-    props: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Unknown })),
-    text: Schema.optional(Schema.String)
+    props: optional(Schema.Record({ key: Schema.String, value: Schema.Unknown })),
+    text: optional(Schema.String)
   }),
   interrupt: Schema.Struct({
     prompt: Schema.String.pipe(Schema.minLength(1)),
-    options: Schema.optional(Schema.Array(Label).pipe(Schema.maxItems(20)))
+    options: optional(Schema.Array(Label).pipe(Schema.maxItems(20)))
   })
 } as const
 
@@ -58,18 +61,34 @@ const isKnown = (name: string): name is Known => Object.hasOwn(TypedPayloads, na
 /** Renderer names: a letter, then letters, digits, `_`, `-` or `.`, at most 64 characters. */
 export const MESSAGE_TYPE_NAME = /^[A-Za-z][A-Za-z0-9_.-]{0,63}$/
 
+/** "Expected a", "Expected b", "Expected c" as "Expected a, b or c". */
+const alternatives = (expected: ReadonlyArray<string>) => {
+  if (expected.length === 1 || !expected.every((e) => e.startsWith("Expected "))) return expected.join("; ")
+  const parts = expected.map((e) => e.slice("Expected ".length))
+  return `Expected ${parts.slice(0, -1).join(", ")} or ${parts[parts.length - 1]}`
+}
+
+/**
+ * One message per field, prefixed with its path. The value sent is not repeated (it may be a
+ * payload's worth of JSON), and a field that could be one of several things says so once.
+ */
+const problemsOf = (error: ParseResult.ParseError): Array<string> => {
+  const byPath = new Map<string, Array<string>>()
+  for (const issue of ParseResult.ArrayFormatter.formatErrorSync(error)) {
+    const path = issue.path.join(".")
+    const expected = issue.message.replace(/, actual [\s\S]*$/, "")
+    const known = byPath.get(path) ?? []
+    if (!known.includes(expected)) byPath.set(path, [...known, expected])
+  }
+  return [...byPath].map(([path, expected]) => (path === "" ? alternatives(expected) : `${path}: ${alternatives(expected)}`))
+}
+
 /** Checks a typed payload; Left holds readable messages. */
 export const checkPayload = (messageType: string, payload: Record<string, unknown>): Either.Either<void, Array<string>> => {
   if ("type" in payload || "seq" in payload) return Either.left(["must not carry type or seq"])
   if (!isKnown(messageType)) return Either.right(undefined)
   return Schema.decodeUnknownEither(TypedPayloads[messageType] as Schema.Schema<unknown>, { errors: "all" })(payload).pipe(
-    Either.mapBoth({
-      onLeft: (error) =>
-        ParseResult.ArrayFormatter.formatErrorSync(error).map((issue) =>
-          issue.path.length === 0 ? issue.message : `${issue.path.join(".")}: ${issue.message}`
-        ),
-      onRight: () => undefined
-    })
+    Either.mapBoth({ onLeft: problemsOf, onRight: () => undefined })
   )
 }
 

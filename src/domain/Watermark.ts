@@ -15,6 +15,13 @@ const decodeBase64Url = (text: string): string | undefined => {
   return decoded.length > 0 ? decoded : undefined
 }
 
+/** A seq written in decimal digits, up to the largest exact integer (2^53 - 1). */
+const seqOf = (digits: string): number | undefined => {
+  if (!/^\d{1,16}$/.test(digits)) return undefined
+  const seq = Number(digits)
+  return Number.isSafeInteger(seq) ? seq : undefined
+}
+
 /**
  * Reads every accepted watermark form: an integer, its decimal string, URL-safe Base64 of
  * `seq:<n>`, and the legacy Base64 activity-id form. Left when the input is none of them.
@@ -26,11 +33,12 @@ export const decodeWatermark = (input: unknown): Either.Either<Position, string>
       : Either.left("a numeric watermark must be a non-negative integer")
   }
   if (typeof input !== "string" || input.length === 0 || input.length > 200) return Either.left("malformed watermark")
-  if (/^\d{1,15}$/.test(input)) return Either.right(Position.Seq({ seq: Number(input) }))
+  const plain = seqOf(input)
+  if (plain !== undefined) return Either.right(Position.Seq({ seq: plain }))
   const decoded = decodeBase64Url(input)
   if (decoded !== undefined) {
-    const seq = /^seq:(\d{1,15})$/.exec(decoded)
-    if (seq !== null) return Either.right(Position.Seq({ seq: Number(seq[1]) }))
+    const seq = decoded.startsWith("seq:") ? seqOf(decoded.slice(4)) : undefined
+    if (seq !== undefined) return Either.right(Position.Seq({ seq }))
     const legacy = /^(?:activity:)?([0-9a-fA-F-]{36})$/.exec(decoded)
     if (legacy !== null && UUID.test(legacy[1]!)) return Either.right(Position.ActivityId({ id: legacy[1]!.toLowerCase() }))
   }

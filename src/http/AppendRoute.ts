@@ -12,6 +12,7 @@ import { ActivityBody } from "./ConversationsApi.js"
 import { postActivity } from "./ConversationsHandlers.js"
 import {
   acceptsJson,
+  isJsonContentType,
   isWireError,
   MAX_JSON_BODY_BYTES,
   MAX_JSON_DEPTH,
@@ -66,8 +67,7 @@ const claimable = (request: AbandonableRequest): string | undefined => {
   const headers = request.headers
   // Channel tokens (deprecated) and unusual requests take the router's way, with its answers.
   if (headers["x-api-key"] === undefined || !acceptsJson(headers["accept"])) return undefined
-  const contentType = headers["content-type"]
-  if (contentType !== undefined && !contentType.toLowerCase().includes("application/json")) return undefined
+  if (!isJsonContentType(headers["content-type"])) return undefined
   if (Number(headers["content-length"] ?? "0") > MAX_JSON_BODY_BYTES) return undefined
   const url = request.url ?? ""
   const query = url.indexOf("?")

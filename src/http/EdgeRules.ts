@@ -23,6 +23,15 @@ export const acceptsJson = (accept: string | undefined) => {
   })
 }
 
+/**
+ * Whether a body's content type is JSON: `application/json` with any parameters (a charset), or
+ * none given. Other types naming JSON somewhere (`application/json-patch+json`, a parameter) are not.
+ */
+export const isJsonContentType = (contentType: string | undefined) => {
+  const essence = (contentType ?? "").split(";", 1)[0]!.trim().toLowerCase()
+  return essence === "" || essence === "application/json"
+}
+
 /** The status an error class declares through its HttpApi annotation (500 when it declares none). */
 export const statusOfWireError = (error: WireError): number => {
   const schema = error.constructor as unknown as Partial<Schema.Schema.Any>

@@ -1,7 +1,7 @@
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import { Effect, Option } from "effect"
 import { UNSTORABLE_PROBLEM, unstorablePath } from "../domain/Unstorable.js"
-import { MAX_JSON_BODY_BYTES, MAX_JSON_DEPTH, nestsDeeperThan, REQUEST_BODY_TOO_DEEP } from "./EdgeRules.js"
+import { isJsonContentType, MAX_JSON_BODY_BYTES, MAX_JSON_DEPTH, nestsDeeperThan, REQUEST_BODY_TOO_DEEP } from "./EdgeRules.js"
 
 /** Why the edge answers a request's body itself, before any route reads it. */
 export interface BodyRefusal {
@@ -17,10 +17,7 @@ export interface BodyRefusal {
  * would take it for a payload; the API's bodies are JSON, so those are refused. Reading their text
  * here would also leave the route waiting for a body already consumed.
  */
-const isReadAsJson = (request: HttpServerRequest.HttpServerRequest) => {
-  const type = request.headers["content-type"]?.toLowerCase().trim() ?? ""
-  return type === "" || type.includes("application/json")
-}
+const isReadAsJson = (request: HttpServerRequest.HttpServerRequest) => isJsonContentType(request.headers["content-type"])
 
 const hasBody = (request: HttpServerRequest.HttpServerRequest) =>
   Number(request.headers["content-length"] ?? "0") > 0 || request.headers["transfer-encoding"] !== undefined
