@@ -1,7 +1,6 @@
 import { describe, expect, layer } from "@effect/vitest"
-import { Effect, HashMap, Logger, LogLevel } from "effect"
+import { Effect } from "effect"
 import { TokenSigner } from "../src/auth/TokenSigner.js"
-import { markDeprecated } from "../src/http/TenantAuth.js"
 import { insertChannel, insertConversation, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { query } from "./support/TestDatabase.js"
 import { admin, createTenant, type Reply, request, TestNodeLive } from "./support/TestNode.js"
@@ -244,6 +243,17 @@ layer(
           expectError(reply, 401, "unauthorized")
           expectDeprecated(reply)
         }
+        // Bodies the edge refuses elsewhere (another type, nesting past 100 levels) are invalid bodies here.
+        const form = { raw: "status=closed", headers: { "content-type": "application/x-www-form-urlencoded" } }
+        const deep = { raw: `{"metadata": {"m": ${"[".repeat(150)}${"]".repeat(150)}}}`, headers: { "content-type": "application/json" } }
+        for (const body of [form, deep]) {
+          expectError(yield* post("/conversations", { secret: channel.secret, ...body }), 401, "unauthorized")
+          // The token is checked first: a bad one is 401 too, a missing one 400.
+          expectError(yield* post("/conversations", { secret: "cs_unknown", ...body }), 401, "unauthorized")
+          const missing = yield* post("/conversations", body)
+          expectError(missing, 400, "bad_request")
+          expectDeprecated(missing)
+        }
         expect(yield* conversationCount(tenant.id)).toBe(before)
       }))
 
@@ -269,17 +279,28 @@ layer(
       expect(metrics.body).toContain('parley_http_requests_total{route="/api/v1/tokens",method="POST",status="400"}')
     }))
 
-  it.effect("markDeprecated logs one warning naming the surface (the routes' headers show they call it)", () =>
+  it.effect("every answer with a channel token or on a legacy route is marked, refusals before any route included", () =>
     Effect.gen(function*() {
-      const lines: Array<unknown> = []
-      const capture = Logger.make(({ annotations, logLevel, message }) => {
-        lines.push({ level: logLevel.label, message, annotations: Object.fromEntries(HashMap.toEntries(annotations)) })
-      })
-      yield* markDeprecated("POST /api/v1/tokens").pipe(
-        Logger.withMinimumLogLevel(LogLevel.All),
-        Effect.provide(Logger.replace(Logger.defaultLogger, capture))
-      )
-      expect(lines).toEqual([{ level: "WARN", message: ["deprecated API used"], annotations: { surface: "POST /api/v1/tokens" } }])
+      const { channel, conversationId } = yield* tenantWithConversation
+      const token = { "x-channel-token": channel.secret }
+      const replies: Array<[Reply, number]> = [
+        [yield* request("GET", "/api/v1/tokens", { headers: token }), 405],
+        [yield* request("GET", "/api/v1/conversations", { headers: token }), 403],
+        [yield* request("GET", "/api/v1/manage/channels", { headers: token }), 403],
+        [yield* request("GET", `/api/v1/conversations/${conversationId}`, { headers: { ...token, accept: "text/html" } }), 406],
+        [
+          yield* request("POST", `/api/v1/conversations/${conversationId}/activities`, {
+            raw: "text=hi",
+            headers: { ...token, "content-type": "application/x-www-form-urlencoded" }
+          }),
+          400
+        ]
+      ]
+      for (const [reply, status] of replies) {
+        expect(reply.status).toBe(status)
+        expect(reply.headers.get("deprecation"), String(status)).not.toBeNull()
+        expectDeprecated(reply)
+      }
     }))
 
   describe("x-channel-token on the tenant API (K, T routes)", () => {
@@ -311,6 +332,7 @@ layer(
         const { channel } = yield* tenantWithConversation
         const reply = yield* request("GET", "/api/v1/conversations", { headers: { "x-channel-token": channel.secret } })
         expectError(reply, 403, "forbidden")
+        expectDeprecated(reply)
       }))
 
     it.effect("a key-authenticated request carries no deprecation headers", () =>

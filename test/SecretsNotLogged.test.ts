@@ -44,4 +44,24 @@ layer(TestNodeLive({ LOG_LEVEL: "debug" }), { excludeTestServices: true })("logg
       expect(output).toMatch(/http request(?=[^\n]*"route":"\/api\/v1\/conversations\/:id\/activities")(?=[^\n]*"status":201)/)
       for (const secret of secrets) expect(output).not.toContain(secret)
     }))
+
+  it.effect("each use of a deprecated surface logs one warning naming it and the request", () =>
+    Effect.gen(function*() {
+      const tenant = yield* createTenant()
+      const channel = yield* insertChannel(tenant.id)
+      const output = yield* captureOutput(Effect.gen(function*() {
+        // Refused before any route runs (406): still one warning.
+        yield* request("GET", "/api/v1/conversations/00000000-0000-4000-8000-000000000000", {
+          headers: { "x-channel-token": channel.secret, accept: "text/html", "x-request-id": "deprecated-1" }
+        })
+        yield* request("POST", "/api/v1/conversations", {
+          body: {},
+          headers: { "x-channel-token": channel.secret, "x-request-id": "deprecated-2" }
+        })
+      }))
+      const warnings = output.split("\n").filter((line) => line.includes("deprecated API used"))
+      expect(warnings).toHaveLength(2)
+      expect(warnings[0]).toMatch(/(?=.*"surface":"x-channel-token")(?=.*"request_id":"deprecated-1")/)
+      expect(warnings[1]).toMatch(/(?=.*"surface":"POST \/api\/v1\/conversations")(?=.*"request_id":"deprecated-2")/)
+    }))
 })

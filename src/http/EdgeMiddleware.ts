@@ -16,8 +16,10 @@ import {
   retryAfterSeconds,
   statusOfWireError
 } from "./EdgeRules.js"
+import { DEPRECATION_HEADERS, logDeprecatedUse } from "./DeprecationsPage.js"
 import { envelopeBody, envelopeResponse, toBody } from "./ErrorEnvelope.js"
 import { refuseBody } from "./JsonBodyRules.js"
+import { legacyRoutes } from "./LegacyRoutes.js"
 import { RequestId, requestIdFrom } from "./RequestId.js"
 import { RouteTable } from "./RouteTable.js"
 
@@ -104,9 +106,17 @@ const finishResponse = (response: HttpServerResponse.HttpServerResponse, request
   return response
 }
 
+/** The deprecated surface a request uses, if any: a legacy route, or any route with a channel token. */
+const deprecatedSurface = (request: HttpServerRequest.HttpServerRequest, template: string | undefined) =>
+  legacyRoutes.some((route) => route.method === request.method && route.path === template)
+    ? `${request.method} ${template}`
+    : request.headers["x-channel-token"] !== undefined
+    ? "x-channel-token"
+    : undefined
+
 /**
  * The edge of every HTTP request: request id, content negotiation, body limits, the error envelope
- * for everything that is not a success, metrics and one access log line.
+ * for everything that is not a success, deprecation marks, metrics and one access log line.
  */
 export const EdgeMiddleware = HttpLayerRouter.middleware(
   Effect.gen(function*() {
@@ -121,6 +131,7 @@ export const EdgeMiddleware = HttpLayerRouter.middleware(
         const started = performance.now()
         const template = routes.template(request.method, request.url)
         const isApi = request.url.startsWith("/api/")
+        const deprecated = deprecatedSurface(request, template)
 
         const contentLength = Number(request.headers["content-length"] ?? "0")
         const early = isApi && !acceptsJson(request.headers["accept"])
@@ -143,7 +154,10 @@ export const EdgeMiddleware = HttpLayerRouter.middleware(
           Effect.provideService(RequestId, requestId),
           Effect.annotateLogs("request_id", requestId)
         ))
-        const answered = HttpServerResponse.setHeader(finishResponse(response, requestId), "x-request-id", requestId)
+        const identified = HttpServerResponse.setHeader(finishResponse(response, requestId), "x-request-id", requestId)
+        // Every answer to a deprecated surface says so, refusals included (client-api.md "Versioning").
+        const answered = deprecated === undefined ? identified : HttpServerResponse.setHeaders(identified, DEPRECATION_HEADERS)
+        if (deprecated !== undefined) yield* logDeprecatedUse(deprecated).pipe(Effect.annotateLogs("request_id", requestId))
         // While draining, no connection is kept for another request: the next one goes to a node
         // that stays, and none arrives after this node stops handling requests.
         const finished = (yield* lifecycle.isDraining)

@@ -22,6 +22,12 @@ const isReadAsJson = (request: HttpServerRequest.HttpServerRequest) => isJsonCon
 const hasBody = (request: HttpServerRequest.HttpServerRequest) =>
   Number(request.headers["content-length"] ?? "0") > 0 || request.headers["transfer-encoding"] !== undefined
 
+/**
+ * The deprecated `POST /api/v1/conversations` maps every bad body to 401 (server-apis.md), after
+ * its token check: it applies these rules itself.
+ */
+const answersOwnBody = (method: string, template: string) => method === "POST" && template === "/api/v1/conversations"
+
 /** Management and admin bodies are validated per field (422 `validation_failed`). */
 const isResourceRoute = (template: string) => template.startsWith("/api/v1/manage/") || template.startsWith("/api/v1/admin/")
 
@@ -48,6 +54,7 @@ export const refuseBody = (
   request: HttpServerRequest.HttpServerRequest,
   template: string
 ): Effect.Effect<Option.Option<BodyRefusal>> => {
+  if (answersOwnBody(request.method, template)) return Effect.succeed(Option.none())
   const isApi = template.startsWith("/api/")
   if (isApi && !template.endsWith("/upload") && hasBody(request) && !isReadAsJson(request)) {
     return Effect.succeed(Option.some({

@@ -1,15 +1,16 @@
 import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
+import type * as HttpServerError from "@effect/platform/HttpServerError"
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
-import { Effect, Schema } from "effect"
+import { Data, Effect, Schema } from "effect"
 import { ChannelTokens } from "../auth/ChannelTokens.js"
 import { TokenSigner } from "../auth/TokenSigner.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { Conversations } from "../conversations/Conversations.js"
 import { BadRequest, Forbidden, Unauthorized } from "../domain/ApiError.js"
 import { RateLimiter } from "../ratelimit/RateLimiter.js"
-import { markDeprecated } from "./TenantAuth.js"
 import { clientAddress } from "./ClientAddress.js"
+import { isJsonContentType, MAX_JSON_DEPTH, nestsDeeperThan } from "./EdgeRules.js"
 import type { RouteSpec } from "./RouteTable.js"
 
 /** The deprecated routes that take only `x-channel-token`, for the route table. */
@@ -28,11 +29,22 @@ const CreateConversationRequest = Schema.Struct({
   metadata: Schema.optionalWith(Schema.Record({ key: Schema.String, value: Schema.Unknown }), { default: () => ({}) })
 })
 
-/** The JSON body decoded by `schema`; an empty body reads as `{}`, so a bodiless create takes the defaults. */
+/** A body that is not JSON of the expected shape (or not JSON at all). */
+class InvalidBody extends Data.TaggedError("InvalidBody")<{}> {}
+
+/**
+ * The JSON body decoded by `schema`; an empty body reads as `{}`, so a bodiless create takes the
+ * defaults. The edge's body rules hold here too (JSON only, nesting depth): the create route
+ * answers them itself, as it maps every bad body to 401.
+ */
 const jsonBody = <A, I>(schema: Schema.Schema<A, I>) =>
   HttpServerRequest.HttpServerRequest.pipe(
-    Effect.flatMap((request) => request.text),
-    Effect.flatMap((text) => Schema.decodeUnknown(Schema.parseJson(schema))(text.trim() === "" ? "{}" : text))
+    Effect.flatMap((request): Effect.Effect<string, InvalidBody | HttpServerError.RequestError> =>
+      isJsonContentType(request.headers["content-type"]) ? request.text : Effect.fail(new InvalidBody())
+    ),
+    Effect.filterOrFail((text) => !nestsDeeperThan(text, MAX_JSON_DEPTH), () => new InvalidBody()),
+    Effect.flatMap((text) => Schema.decodeUnknown(Schema.parseJson(schema))(text.trim() === "" ? "{}" : text)),
+    Effect.catchTag("ParseError", () => Effect.fail(new InvalidBody()))
   )
 
 /** The channel secret of the request; without one, 400 `bad_request`. */
@@ -58,14 +70,13 @@ export const LegacyRoutes = HttpLayerRouter.addAll(Effect.gen(function*() {
 
   /** A conversation-bound token for the legacy socket; the conversation must be on the token's channel. */
   const createToken = Effect.gen(function*() {
-    yield* markDeprecated("POST /api/v1/tokens")
     const secret = yield* channelSecret
     const request = yield* HttpServerRequest.HttpServerRequest
     // Counted before the secret is looked up, so guessing secrets is limited too.
     yield* limiter.consume("token_create", clientAddress(request, config.trustedProxies), null)
     const channel = yield* tokens.authenticate(secret)
     const body = yield* jsonBody(TokenRequest).pipe(
-      Effect.catchTag("ParseError", () =>
+      Effect.catchTag("InvalidBody", () =>
         Effect.fail(new BadRequest({ message: "conversation_id (a UUID) and user_id (1 to 256 characters) are required" })))
     )
     const conversation = yield* conversations.get({ tenantId: channel.tenant_id, channelId: null }, body.conversation_id, { channels: false })
@@ -84,11 +95,10 @@ export const LegacyRoutes = HttpLayerRouter.addAll(Effect.gen(function*() {
 
   /** A conversation on the token's channel (its origin); any bad body is 401, as the spec maps it. */
   const createConversation = Effect.gen(function*() {
-    yield* markDeprecated("POST /api/v1/conversations")
     const channel = yield* tokens.authenticate(yield* channelSecret)
     const body = yield* jsonBody(CreateConversationRequest).pipe(
-      Effect.catchTag("ParseError", () =>
-        Effect.fail(new Unauthorized({ message: "invalid body: status must be active or closed, metadata an object" })))
+      Effect.catchTag("InvalidBody", () =>
+        Effect.fail(new Unauthorized({ message: "invalid body: a JSON object whose status is active or closed, metadata an object" })))
     )
     const data = yield* conversations.create({
       tenantId: channel.tenant_id,

@@ -10,7 +10,7 @@ import { ChannelInactive, Forbidden, InsufficientScope, Unauthorized, Unavailabl
 import { allScopes, type Scope } from "../domain/ApiKey.js"
 import { ApiKeys } from "../tenants/ApiKeys.js"
 import { envelope } from "./ErrorEnvelope.js"
-import { DEPRECATIONS_PATH } from "./DeprecationsPage.js"
+import { DEPRECATION_HEADERS, logDeprecatedUse } from "./DeprecationsPage.js"
 
 /** The tenant credential of the current request. */
 export interface TenantCredential {
@@ -86,25 +86,18 @@ export const ManageAuthLive = Layer.effect(
   })
 )
 
-/** When `x-channel-token` was deprecated (Unix seconds), for the `Deprecation` header. */
-const CHANNEL_TOKEN_DEPRECATED_AT = Math.floor(Date.UTC(2026, 9, 1) / 1000)
-
-/** Marks the response of a deprecated surface (`Deprecation`, `Link`) and logs the use once per request. */
+/**
+ * Marks the response of a deprecated part of a request the route finds (`Deprecation`, `Link`)
+ * and logs the use. Channel tokens and the legacy routes are marked at the edge, whatever the answer.
+ */
 export const markDeprecated = (surface: string) =>
   HttpApp.appendPreResponseHandler((_request, response) =>
-    Effect.succeed(
-      HttpServerResponse.setHeaders(response, {
-        deprecation: `@${CHANNEL_TOKEN_DEPRECATED_AT}`,
-        link: `<${DEPRECATIONS_PATH}>; rel="deprecation"`
-      })
-    )
-  ).pipe(Effect.zipRight(Effect.logWarning("deprecated API used").pipe(Effect.annotateLogs("surface", surface))))
+    Effect.succeed(HttpServerResponse.setHeaders(response, DEPRECATION_HEADERS))
+  ).pipe(Effect.zipRight(logDeprecatedUse(surface)))
 
 /** Authenticates a deprecated channel token (the channel secret): every scope, but only for its own channel. */
 export const authenticateChannelToken = (tokens: ChannelTokens, token: string) =>
   Effect.gen(function*() {
-    // Marked before the check: a refused token is a use of the deprecated surface too.
-    yield* markDeprecated("x-channel-token")
     const channel = yield* tokens.authenticate(token)
     return {
       tenantId: channel.tenant_id,
