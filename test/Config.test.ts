@@ -245,6 +245,12 @@ describe("AppConfig", () => {
         clusterRunnerPort: 65535
       })
       expect((yield* load({ PORT: "65000", CLUSTER_RUNNER_PORT: "6000" })).clusterRunnerPort).toBe(6000)
+      const hosts = yield* load({ HOST: "::", CLUSTER_RUNNER_HOST: "node-1.internal", WEBHOOK_ALLOWED_HOSTS: "Hooks.Example.com, *.corp.test,10.0.0.0/8,::1" })
+      expect(hosts).toMatchObject({
+        host: "::",
+        clusterRunnerHost: "node-1.internal",
+        webhookAllowedHosts: ["hooks.example.com", "*.corp.test", "10.0.0.0/8", "::1"]
+      })
       for (
         const url of [
           "postgresql://u:p@db:5432/parley?sslmode=require",
@@ -279,6 +285,13 @@ describe("AppConfig", () => {
     // The derived runner port would be 66000.
     ["CLUSTER_RUNNER_PORT", { PORT: "65000" }],
     ["PORT", { PORT: "1.5" }],
+    // Checked before anything starts, not when the listener or the runner fails.
+    ["HOST", { HOST: "not_a_host" }],
+    ["HOST", { HOST: "256.1.1.1" }],
+    ["CLUSTER_RUNNER_HOST", { CLUSTER_RUNNER_HOST: "two words" }],
+    ["CLUSTER_RUNNER_PORT", { PORT: "4723", CLUSTER_RUNNER_PORT: "4723" }],
+    ["WEBHOOK_ALLOWED_HOSTS", { WEBHOOK_ALLOWED_HOSTS: "hooks.example.com,10.0.0.0/99" }],
+    ["WEBHOOK_ALLOWED_HOSTS", { WEBHOOK_ALLOWED_HOSTS: "ht!tp" }],
     ["DRAIN_REFUSE_MS", { DRAIN_REFUSE_MS: "-5" }],
     // Above setTimeout's limit, a timer fires at once (Node) or never (Effect).
     ["DRAIN_MAX_MS", { DRAIN_MAX_MS: "10000000000" }],

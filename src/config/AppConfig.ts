@@ -1,6 +1,6 @@
 import { Config, ConfigError, Effect, Either, Option, ParseResult, Redacted, Schema } from "effect"
 import { RateLimitTable } from "../domain/RateLimit.js"
-import { type Cidr, parseCidr } from "./NetworkList.js"
+import { type Cidr, isHost, isHostName, parseCidr } from "./NetworkList.js"
 
 /**
  * A variable's text; None when it is missing or blank. `VAR=` in a compose file or a shell means
@@ -131,6 +131,26 @@ const rateLimits = optional("RATE_LIMITS", decodeRateLimits)
 
 const port = withDefault("PORT", 4000, portNumber)
 
+/** An IP address or host name, checked before anything starts (not when the listener fails). */
+const hostSetting = (name: string, fallback: string) =>
+  withDefault(name, fallback, (text) => {
+    const host = text.trim()
+    return isHost(host) ? Either.right(host) : Either.left("must be an IP address or a host name")
+  })
+
+/**
+ * Address-guard exceptions: exact host names, `*.` wildcards of them, IPs and CIDRs, lower-cased.
+ * A malformed entry stops the node: it would never match, and the host it meant would stay refused.
+ */
+const allowedHosts = (name: string) =>
+  optional(name, (text) => {
+    const entries = text.split(",").map((s) => s.trim().toLowerCase()).filter((s) => s.length > 0)
+    const bad = entries.find((entry) =>
+      !(isHostName(entry.startsWith("*.") ? entry.slice(2) : entry) || parseCidr(entry) !== undefined)
+    )
+    return bad === undefined ? Either.right(entries) : Either.left(`malformed host, wildcard, IP or CIDR "${bad}"`)
+  }).pipe(Config.map(Option.getOrElse((): ReadonlyArray<string> => [])))
+
 /**
  * `PORT + 1000` unless `CLUSTER_RUNNER_PORT` is set. A derived port above 65535 stops the node here,
  * naming the variable to set, rather than as a RangeError when the runner listens.
@@ -138,7 +158,10 @@ const port = withDefault("PORT", 4000, portNumber)
 const clusterRunnerPort = Config.all([port, optional("CLUSTER_RUNNER_PORT", portNumber)]).pipe(
   Config.mapOrFail(([p, explicit]) =>
     Option.match(explicit, {
-      onSome: Either.right,
+      onSome: (runnerPort) =>
+        runnerPort !== p
+          ? Either.right(runnerPort)
+          : Either.left(ConfigError.InvalidData(["CLUSTER_RUNNER_PORT"], `must differ from PORT (${p})`)),
       onNone: () =>
         p + 1000 <= 65535
           ? Either.right(p + 1000)
@@ -154,7 +177,7 @@ const clusterRunnerPort = Config.all([port, optional("CLUSTER_RUNNER_PORT", port
 export class AppConfig extends Effect.Service<AppConfig>()("parley/AppConfig", {
   effect: Config.all({
     port,
-    host: stringSetting("HOST", "0.0.0.0"),
+    host: hostSetting("HOST", "0.0.0.0"),
     databaseUrl,
     dataDir: stringSetting("DATA_DIR", "./data"),
     adminApiToken: secret("ADMIN_API_TOKEN", 32, true),
@@ -174,9 +197,7 @@ export class AppConfig extends Effect.Service<AppConfig>()("parley/AppConfig", {
     socketIdleTimeoutMs: millis("SOCKET_IDLE_TIMEOUT_MS", 60000),
     rateLimits,
     rateLimitSyncMs: millis("RATE_LIMIT_SYNC_MS", 100),
-    webhookAllowedHosts: stringSetting("WEBHOOK_ALLOWED_HOSTS", "").pipe(
-      Config.map((text) => text.split(",").map((s) => s.trim().toLowerCase()).filter((s) => s.length > 0))
-    ),
+    webhookAllowedHosts: allowedHosts("WEBHOOK_ALLOWED_HOSTS"),
     uploadMaxBytes: count("UPLOAD_MAX_BYTES", 10485760, MAX_UPLOAD_BYTES),
     channelHealthIntervalSeconds: intervalSeconds("CHANNEL_HEALTH_INTERVAL_SECONDS", 300),
     drainRefuseMs: millis("DRAIN_REFUSE_MS", 5000, 0),
@@ -186,7 +207,7 @@ export class AppConfig extends Effect.Service<AppConfig>()("parley/AppConfig", {
     metricsToken: secret("METRICS_TOKEN", 0, true),
     logLevel: withDefault("LOG_LEVEL", "info", oneOf(["trace", "debug", "info", "warning", "error", "fatal", "none"])),
     logFormat: withDefault("LOG_FORMAT", "json", oneOf(["json", "pretty"])),
-    clusterRunnerHost: stringSetting("CLUSTER_RUNNER_HOST", "127.0.0.1"),
+    clusterRunnerHost: hostSetting("CLUSTER_RUNNER_HOST", "127.0.0.1"),
     clusterRunnerPort,
     clusterShardLockExpirationMs: millis("CLUSTER_SHARD_LOCK_EXPIRATION_MS", 6000),
     clusterEntityTerminationTimeoutMs: millis("CLUSTER_ENTITY_TERMINATION_TIMEOUT_MS", 3000)

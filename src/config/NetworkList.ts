@@ -37,3 +37,16 @@ export const inRanges = (address: string, ranges: ReadonlyArray<Cidr>): boolean 
     return candidate.match([range, bits] as [typeof range, number])
   })
 }
+
+const LABEL = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/i
+
+/**
+ * A DNS host name by its syntax (not resolved): labels of letters, digits and inner hyphens, at most
+ * 253 characters. All-digit dotted names are IPv4 addresses or nothing (`256.1.1.1` is neither).
+ */
+export const isHostName = (text: string): boolean =>
+  text.length > 0 && text.length <= 253 && !/^[\d.]+$/.test(text) && text.split(".").every((label) => LABEL.test(label))
+
+/** An address to listen on or be reached at: an IP address or a host name. */
+export const isHost = (text: string): boolean => ipaddr.isValid(text) || isHostName(text)
+
