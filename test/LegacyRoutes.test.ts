@@ -101,7 +101,7 @@ layer(
         }
       }))
 
-    it.effect("an unknown secret, or one of an inactive tenant, is 401; an inactive channel 400 channel_inactive", () =>
+    it.effect("an unknown secret, or one of an inactive tenant, is 401; an inactive channel 403 channel_inactive", () =>
       Effect.gen(function*() {
         const { channel, conversationId, tenant } = yield* tenantWithConversation
         const body = { conversation_id: conversationId, user_id: "u" }
@@ -109,7 +109,8 @@ layer(
         const other = yield* tenantWithConversation
         yield* deactivateChannel(other.channel.id)
         const inactiveChannel = yield* post("/tokens", { secret: other.channel.secret, body: { ...body, conversation_id: other.conversationId } })
-        expectError(inactiveChannel, 400, "channel_inactive")
+        // The token's own channel: 403 (client-api.md "Errors").
+        expectError(inactiveChannel, 403, "channel_inactive")
         expectDeprecated(inactiveChannel)
         yield* deactivateTenant(tenant.id)
         expectError(yield* post("/tokens", { secret: channel.secret, body }), 401, "unauthorized")
@@ -325,6 +326,15 @@ layer(
         const refused = yield* request("GET", `/api/v1/conversations/${conversationId}`, { headers: { "x-channel-token": "cs_unknown" } })
         expectError(refused, 401, "unauthorized")
         expectDeprecated(refused)
+      }))
+
+    it.effect("a token whose channel is inactive is 403 channel_inactive", () =>
+      Effect.gen(function*() {
+        const { channel, conversationId } = yield* tenantWithConversation
+        yield* deactivateChannel(channel.id)
+        const reply = yield* request("GET", `/api/v1/conversations/${conversationId}`, { headers: { "x-channel-token": channel.secret } })
+        expectError(reply, 403, "channel_inactive")
+        expectDeprecated(reply)
       }))
 
     it.effect("GET /conversations (K only) refuses a channel token with 403", () =>

@@ -1,7 +1,7 @@
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
 import { orUnavailable } from "../db/SqlFailure.js"
-import { ChannelInactive, Unauthorized } from "../domain/ApiError.js"
+import { CredentialChannelInactive, Unauthorized } from "../domain/ApiError.js"
 import { hashCredential } from "./Credential.js"
 
 /** The channel a channel secret belongs to, with the states that decide whether it may be used. */
@@ -27,7 +27,7 @@ export class ChannelTokens extends Effect.Service<ChannelTokens>()("parley/Chann
 
     /**
      * The channel of a secret, usable only while its tenant is active (401 otherwise, like an
-     * unknown secret); a disabled channel is 400 `channel_inactive`.
+     * unknown secret); a disabled channel is 403 `channel_inactive` (it is the credential's own).
      */
     const authenticate = (secret: string) =>
       Effect.gen(function*() {
@@ -39,7 +39,9 @@ export class ChannelTokens extends Effect.Service<ChannelTokens>()("parley/Chann
         if (Option.isNone(channel) || channel.value.tenant_status !== "active") {
           return yield* new Unauthorized({ message: "invalid channel token" })
         }
-        if (channel.value.status !== "active") return yield* new ChannelInactive({ message: "the channel is inactive" })
+        if (channel.value.status !== "active") {
+          return yield* new CredentialChannelInactive({ message: "the channel of this token is inactive" })
+        }
         return channel.value
       })
 

@@ -35,6 +35,14 @@ export class ChannelInactive extends Schema.TaggedError<ChannelInactive>()("Chan
   readonly wireDetails = null
 }
 
+/** The channel of the credential presented is disabled: 403 (client-api.md "Errors"). */
+export class CredentialChannelInactive extends Schema.TaggedError<CredentialChannelInactive>()("CredentialChannelInactive", {
+  message: Schema.String
+}, HttpApiSchema.annotations({ status: 403 })) implements WireError {
+  readonly code = "channel_inactive"
+  readonly wireDetails = null
+}
+
 export class Unauthorized extends Schema.TaggedError<Unauthorized>()("Unauthorized", {
   message: Schema.String
 }, HttpApiSchema.annotations({ status: 401 })) implements WireError {

@@ -7,7 +7,7 @@ import { ChannelTokens } from "../auth/ChannelTokens.js"
 import { TokenSigner } from "../auth/TokenSigner.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { Conversations } from "../conversations/Conversations.js"
-import { BadRequest, Forbidden, Unauthorized } from "../domain/ApiError.js"
+import { BadRequest, ChannelInactive, Forbidden, Unauthorized } from "../domain/ApiError.js"
 import { RateLimiter } from "../ratelimit/RateLimiter.js"
 import { clientAddress } from "./ClientAddress.js"
 import { isJsonContentType, MAX_JSON_DEPTH, nestsDeeperThan } from "./EdgeRules.js"
@@ -95,7 +95,10 @@ export const LegacyRoutes = HttpLayerRouter.addAll(Effect.gen(function*() {
 
   /** A conversation on the token's channel (its origin); any bad body is 401, as the spec maps it. */
   const createConversation = Effect.gen(function*() {
-    const channel = yield* tokens.authenticate(yield* channelSecret)
+    const channel = yield* tokens.authenticate(yield* channelSecret).pipe(
+      // This route's own mapping (server-apis.md): 400, where the rule for a token's channel is 403.
+      Effect.catchTag("CredentialChannelInactive", ({ message }) => Effect.fail(new ChannelInactive({ message })))
+    )
     const body = yield* jsonBody(CreateConversationRequest).pipe(
       Effect.catchTag("InvalidBody", () =>
         Effect.fail(new Unauthorized({ message: "invalid body: a JSON object whose status is active or closed, metadata an object" })))

@@ -6,7 +6,7 @@ import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Context, Effect, Layer, Option, Schema } from "effect"
 import { ChannelTokens } from "../auth/ChannelTokens.js"
 import type { Actor } from "../auth/Actor.js"
-import { ChannelInactive, Forbidden, InsufficientScope, Unauthorized, Unavailable } from "../domain/ApiError.js"
+import { CredentialChannelInactive, Forbidden, InsufficientScope, Unauthorized, Unavailable } from "../domain/ApiError.js"
 import { allScopes, type Scope } from "../domain/ApiKey.js"
 import { ApiKeys } from "../tenants/ApiKeys.js"
 import { envelope } from "./ErrorEnvelope.js"
@@ -110,7 +110,7 @@ export const authenticateChannelToken = (tokens: ChannelTokens, token: string) =
 const tenantFailure = Schema.Union(
   envelope(Unauthorized),
   envelope(Forbidden),
-  envelope(ChannelInactive),
+  envelope(CredentialChannelInactive),
   envelope(Unavailable)
 )
 
