@@ -206,6 +206,10 @@ layer(TestNodeLive(), { excludeTestServices: true })("management API: channels",
         expect(yield* invalidCreate(tenant, { config: { url: HOOK_URL } })).toEqual({ name: ["is required"] })
         expect(yield* invalidCreate(tenant, { name: "   ", config: { url: HOOK_URL } })).toEqual({ name: ["is required"] })
         expect(yield* invalidCreate(tenant, { name: "x".repeat(201), config: { url: HOOK_URL } })).toHaveProperty("name")
+        // Names count characters, as the database does: 200 emoji are a name, 201 are not.
+        expect(yield* invalidCreate(tenant, { name: "😀".repeat(201), config: { url: HOOK_URL } })).toHaveProperty("name")
+        const emoji = yield* manage(tenant.api_key, "POST", "/channels", { channel: { ...webhook({}), name: "😀".repeat(200) } })
+        expect(emoji.status).toBe(201)
         // An unknown type is reported alone: there is no type to check the config against.
         expect(yield* invalidCreate(tenant, { name: "x", type: "sms", mode: "both", status: "paused", config: {} })).toEqual({
           type: [expect.stringContaining("webhook")],

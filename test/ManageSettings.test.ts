@@ -51,6 +51,11 @@ layer(TestNodeLive(), { excludeTestServices: true })("management API: settings a
         "if-match": etag
       })
       expect(stale.status).toBe(412)
+      // If-Match compares strongly (RFC 9110): the current tag marked weak does not match.
+      const weak = yield* manage(tenant.api_key, "PATCH", "/settings", { settings: { retention_days: 32 } }, {
+        "if-match": `W/${tag}`
+      })
+      expect(weak.status).toBe(412)
       if (serverUrl !== undefined) {
         const audits = yield* query("SELECT action FROM audit_log WHERE resource_id = $1 AND action = 'settings.updated'", [
           tenant.id

@@ -89,6 +89,14 @@ layer(TestNodeLive(), { excludeTestServices: true })("management API: publishabl
         const empty = yield* manage(tenant.api_key, "PATCH", `${keysOf(channel.id)}/${created.id}`, { publishable_key: {} })
         expect(empty.status).toBe(200)
         expect(empty.body.data).toEqual(renamed.body.data)
+        // A repeat of the same change writes nothing: same updated_at, no second audit entry.
+        yield* Effect.sleep("20 millis")
+        const repeated = yield* manage(tenant.api_key, "PATCH", `${keysOf(channel.id)}/${created.id}`, {
+          publishable_key: { name: "site", allowed_origins: ["https://b.example.com:8443"] }
+        })
+        expect(repeated.body.data).toEqual(renamed.body.data)
+        const audits = yield* query("SELECT 1 FROM audit_log WHERE resource_id = $1 AND action = 'publishable_key.updated'", [created.id])
+        expect(audits).toHaveLength(2)
         expect(yield* storedHash(created.id)).toBe(sha256Hex(created.key))
       }))
 

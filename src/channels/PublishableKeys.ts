@@ -6,6 +6,7 @@ import { AuditLog } from "../db/AuditLog.js"
 import { orUnavailable } from "../db/SqlFailure.js"
 import { NotFound } from "../domain/ApiError.js"
 import { Problems } from "../domain/Problems.js"
+import { sameJson } from "../domain/SameJson.js"
 import {
   MAX_ALLOWED_ORIGINS,
   type NewPublishableKeyInput,
@@ -82,6 +83,15 @@ export class PublishableKeys extends Effect.Service<PublishableKeys>()("parley/P
       Request: Schema.Record({ key: Schema.String, value: Schema.Unknown }),
       Result: PublishableKey,
       execute: (columns) => sql`INSERT INTO publishable_keys ${sql.insert(columns)} RETURNING ${sql.literal(KEY_COLUMNS)}`
+    })
+
+    /** One key of the channel, locked for the change about to be made to it. */
+    const lockKey = SqlSchema.findOne({
+      Request: Schema.Struct({ tenantId: Schema.String, channelId: Schema.String, id: Schema.String }),
+      Result: PublishableKey,
+      execute: ({ channelId, id, tenantId }) =>
+        sql`SELECT ${sql.literal(KEY_COLUMNS)} FROM publishable_keys
+            WHERE tenant_id = ${tenantId} AND channel_id = ${channelId} AND id = ${id} FOR UPDATE`
     })
 
     const updateKey = SqlSchema.findOne({
@@ -172,9 +182,16 @@ export class PublishableKeys extends Effect.Service<PublishableKeys>()("parley/P
           else problems.add("status", "must be active or disabled")
         }
         yield* problems.check()
-        return yield* change(tenantId, channelId, id, { ...patch }, "publishable_key.updated", patch, actor).pipe(
-          sql.withTransaction
-        )
+        return yield* Effect.gen(function*() {
+          const current = yield* lockKey({ tenantId, channelId, id })
+          if (Option.isNone(current)) return yield* keyNotFound(id)
+          // Only what differs is written: repeating a change leaves the key (and its updated_at) as it is.
+          const changed: KeyPatch = Object.fromEntries(
+            Object.entries(patch).filter(([field, value]) => !sameJson(current.value[field as keyof KeyPatch], value))
+          )
+          if (Object.keys(changed).length === 0) return current.value
+          return yield* change(tenantId, channelId, id, { ...changed }, "publishable_key.updated", changed, actor)
+        }).pipe(sql.withTransaction)
       }).pipe(orUnavailable)
 
     /** A new key value, returned once; the old value stops working when this commits. */

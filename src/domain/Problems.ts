@@ -1,6 +1,19 @@
 import { Effect } from "effect"
 import { type FieldErrors, InvalidMessage, ValidationFailed } from "./ApiError.js"
 
+/** The longest name of any resource, in characters (code points), as the name columns count them. */
+const MAX_NAME_CHARACTERS = 200
+
+/** Whether a name is longer than names may be; "😀" is one character, not two UTF-16 units. */
+export const isNameTooLong = (name: string): boolean => {
+  if (name.length <= MAX_NAME_CHARACTERS) return false
+  let characters = 0
+  for (const _ of name) if (++characters > MAX_NAME_CHARACTERS) return true
+  return false
+}
+
+export const NAME_TOO_LONG = `must be at most ${MAX_NAME_CHARACTERS} characters`
+
 /** Collects per-field validation messages, then fails once with all of them. */
 export class Problems {
   private readonly fields: Record<string, Array<string>> = {}
@@ -14,7 +27,7 @@ export class Problems {
   requiredName(field: string, value: string | undefined): string | undefined {
     const name = value?.trim() ?? ""
     if (name.length === 0) this.add(field, "is required")
-    else if (name.length > 200) this.add(field, "must be at most 200 characters")
+    else if (isNameTooLong(name)) this.add(field, NAME_TOO_LONG)
     else return name
     return undefined
   }

@@ -7,7 +7,7 @@ const NORMALIZED_CACHE_SIZE = 10_000
 // Every delivery payload is redacted, and its keys are mostly the same few: remember them.
 const normalizedKeys = new Map<string, string>()
 
-/** `accessToken`, `X-Api-Key` and `api key` all become `access_token`, `x_api_key`, `api_key`. */
+/** `accessToken`, `X-Api-Key` and `api key` become `access_token`, `x_api_key`, `api_key` (`X-Apikey`: `x_apikey`). */
 const normalize = (key: string): string => {
   const known = normalizedKeys.get(key)
   if (known !== undefined) return known
@@ -18,7 +18,7 @@ const normalize = (key: string): string => {
 }
 
 const sensitiveNames = new Set(["authorization", "api_key", "apikey", "password", "secret", "token"])
-const sensitiveSuffixes = ["_token", "_secret", "_password", "_key"]
+const sensitiveSuffixes = ["_token", "_secret", "_password", "_key", "_apikey"]
 
 /** True for a key that looks like it holds a credential (`authorization`, `api_key`, `*_token`, …). */
 export const isSensitiveKey = (key: string): boolean => {

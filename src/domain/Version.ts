@@ -8,13 +8,14 @@ export const etagOf = (representation: unknown): string =>
 
 /**
  * Checks `If-Match` against the current ETag: absent matches (unconditional), `*` always matches,
- * otherwise one of the listed tags must equal it (weak prefixes are ignored).
+ * otherwise one of the listed tags must equal it. The comparison is strong (RFC 9110): a weak tag
+ * (`W/"…"`) never matches.
  */
 export const checkIfMatch = (ifMatch: Option.Option<string>, current: string) =>
   Option.match(ifMatch, {
     onNone: () => Effect.void,
     onSome: (header) => {
-      const tags = header.split(",").map((t) => t.trim().replace(/^W\//, ""))
+      const tags = header.split(",").map((t) => t.trim())
       return tags.includes("*") || tags.includes(current)
         ? Effect.void
         : Effect.fail(new PreconditionFailed({ message: "If-Match does not match the current version", current_etag: current }))

@@ -145,9 +145,7 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
     const issue = (tenantId: string, input: ApiKeyInput, holderScopes: ReadonlyArray<Scope>, actor: Actor) =>
       Effect.gen(function*() {
         const problems = new Problems()
-        const name = input.name?.trim() ?? ""
-        if (name.length === 0) problems.add("name", "is required")
-        else if (name.length > 200) problems.add("name", "must be at most 200 characters")
+        const name = problems.requiredName("name", input.name) ?? ""
         const scopes = input.scopes ?? []
         if (scopes.length === 0) problems.add("scopes", "must name at least one scope")
         else if (!scopes.every(isScope)) problems.add("scopes", "must be read, write or manage")

@@ -8,7 +8,7 @@ import { isUniqueViolation } from "../db/SqlErrors.js"
 import { orUnavailable } from "../db/SqlFailure.js"
 import { NotFound, ValidationFailed } from "../domain/ApiError.js"
 import { PortalUser, type UserInput, UserRole, UserStatus } from "../domain/PortalUser.js"
-import { Problems } from "../domain/Problems.js"
+import { isNameTooLong, NAME_TOO_LONG, Problems } from "../domain/Problems.js"
 import { checkIfMatch, etagOf } from "../domain/Version.js"
 
 const USER_COLUMNS = "id, tenant_id, email, name, role, status, totp_enabled, inserted_at, updated_at"
@@ -48,7 +48,7 @@ const validate = (input: UserInput, creating: boolean, problems: Problems): User
     const name = input.name?.trim() ?? null
     if (name === null) patch.name = null
     else if (name.length === 0) problems.add("name", "must not be blank (null for no name)")
-    else if (name.length > 200) problems.add("name", "must be at most 200 characters")
+    else if (isNameTooLong(name)) problems.add("name", NAME_TOO_LONG)
     else patch.name = name
   }
   if (input.role !== undefined) {

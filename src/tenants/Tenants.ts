@@ -62,10 +62,8 @@ export class Tenants extends Effect.Service<Tenants>()("parley/Tenants", {
         const problems = new Problems()
         const patch: TenantPatch = yield* validateSettings(input, problems)
         if (input.name !== undefined || creating) {
-          const name = input.name?.trim() ?? ""
-          if (name.length === 0) problems.add("name", "is required")
-          else if (name.length > 200) problems.add("name", "must be at most 200 characters")
-          else patch.name = name
+          const name = problems.requiredName("name", input.name)
+          if (name !== undefined) patch.name = name
         }
         if (input.status !== undefined) {
           if (isStatus(input.status)) patch.status = input.status
