@@ -1,7 +1,8 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { createHash } from "node:crypto"
-import { query, serverUrl } from "./support/TestDatabase.js"
+import Pg from "pg"
+import { query, serverUrl, TestDatabase } from "./support/TestDatabase.js"
 import { admin, createTenant, manage, request, TestNodeLive } from "./support/TestNode.js"
 
 const KEY_FIELDS = ["created_by", "expires_at", "id", "inserted_at", "last_used_at", "name", "prefix", "revoked_at", "scopes",
@@ -221,6 +222,23 @@ layer(TestNodeLive(), { excludeTestServices: true })("scoped API keys", (it) => 
   })
 
   describe("revocation and use", () => {
+    it.effect.runIf(serverUrl !== undefined)("a key whose row is locked still authenticates at once; last_used_at waits", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const issued = yield* issue(tenant.api_key, { scopes: ["read"] })
+        const db = yield* TestDatabase
+        const holder = new Pg.Client({ connectionString: db.url! })
+        yield* Effect.acquireRelease(Effect.promise(() => holder.connect()), () => Effect.promise(() => holder.end()))
+        // A change to the key in progress (as a revoke's transaction holds it).
+        yield* Effect.promise(() => holder.query("BEGIN"))
+        yield* Effect.promise(() => holder.query("SELECT 1 FROM api_keys WHERE id = $1 FOR UPDATE", [issued.id]))
+        const reply = yield* manage(issued.key, "GET", "/api_keys").pipe(Effect.timeout("3 seconds"))
+        expect(reply.status).toBe(403)
+        yield* Effect.promise(() => holder.query("ROLLBACK"))
+        const used = yield* query<{ last_used_at: string | null }>("SELECT last_used_at FROM api_keys WHERE id = $1", [issued.id])
+        expect(used[0]!.last_used_at).toBeNull()
+      }).pipe(Effect.scoped))
+
     stored("revoking takes effect at once; the key stays listed with revoked_at", () =>
       Effect.gen(function*() {
         const tenant = yield* createTenant()

@@ -47,8 +47,10 @@ export class WorkQueue<T> {
     return this.items.splice(0)
   }
 
-  // Another consumer may take the items first: `take` then waits again.
+  // Another consumer may take the items first: `take` then waits again. Items are looked at again
+  // where the consumer registers: an offer between `take`'s check and here would wake no one.
   private readonly wakeUp = Effect.async<void>((resume) => {
+    if (this.items.length > 0) return resume(Effect.void)
     const wake = () => resume(Effect.void)
     this.idle.push(wake)
     return Effect.sync(() => {

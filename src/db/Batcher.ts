@@ -16,12 +16,16 @@ export const makeBatcher = <K, A, E>(options: {
   readonly maxBatch: number
   readonly concurrency: number
   readonly run: (keys: ReadonlyArray<K>) => Effect.Effect<ReadonlyArray<A>, E>
+  /** A batch taking longer fails all its callers: one stuck batch must not hold every later one. */
+  readonly timeout: { readonly ms: number; readonly onTimeout: () => E }
 }) =>
   Effect.gen(function*() {
     const queue = new WorkQueue<Waiting<K, A, E>>()
 
     const runBatch = (batch: ReadonlyArray<Waiting<K, A, E>>) =>
-      Effect.exit(options.run(batch.map((w) => w.key))).pipe(
+      Effect.exit(options.run(batch.map((w) => w.key)).pipe(
+        Effect.timeoutFail({ duration: options.timeout.ms, onTimeout: options.timeout.onTimeout })
+      )).pipe(
         Effect.map((exit) => batch.forEach((waiting, i) => waiting.done(Exit.map(exit, (answers) => answers[i]!))))
       )
 

@@ -1,4 +1,5 @@
 import { SqlClient, SqlSchema } from "@effect/sql"
+import { SqlError } from "@effect/sql/SqlError"
 import { Effect, Option, Schema } from "effect"
 import type { Actor } from "../auth/Actor.js"
 import { actorLabel } from "../auth/Actor.js"
@@ -23,6 +24,9 @@ const AuthRow = Schema.Struct({
   stale: Schema.Boolean
 })
 
+/** A key lookup gives up after this long (503), as the other reads of a request do. */
+const LOOKUP_TIMEOUT_MS = 5_000
+
 const isScope = (s: string): s is Scope => (allScopes as ReadonlyArray<string>).includes(s)
 
 /** Tenant API keys: the primary key of each tenant and its scoped keys. Only hashes are stored. */
@@ -44,14 +48,23 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
             AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now()) AND t.status = 'active'`
         const found = yield* decodeAuthRows(rows).pipe(Effect.orDie)
         const stale = [...new Set(found.filter((row) => row.stale).map((row) => row.id))]
-        if (stale.length > 0) yield* sql`UPDATE api_keys SET last_used_at = now() WHERE id = ANY(${stale}::uuid[])`
+        // A key row locked by a change in progress keeps its mark until its next use: never wait here.
+        if (stale.length > 0) {
+          yield* sql`UPDATE api_keys SET last_used_at = now()
+                     WHERE id IN (SELECT id FROM api_keys WHERE id = ANY(${stale}::uuid[]) FOR UPDATE SKIP LOCKED)`
+        }
         const byHash = new Map(found.map((row) => [row.hash, row]))
         return hashes.map((hash) => Option.fromNullable(byHash.get(hash.toString("hex"))))
       })
 
     // Every request of the tenant API authenticates: the requests that arrive while one lookup
     // is in flight share the next (one at a time makes the largest batches; measured best).
-    const lookUp = yield* makeBatcher({ maxBatch: 256, concurrency: 1, run: findAuth })
+    const lookUp = yield* makeBatcher({
+      maxBatch: 256,
+      concurrency: 1,
+      run: findAuth,
+      timeout: { ms: LOOKUP_TIMEOUT_MS, onTimeout: () => new SqlError({ cause: "timeout", message: "the key lookup timed out" }) }
+    })
 
     /** The key's identity when it is valid now; `last_used_at` is written at most once a minute. */
     const authenticate = (raw: string) =>
