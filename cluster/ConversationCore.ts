@@ -1,15 +1,17 @@
 import { Data, Effect, Either, Exit, FiberId, Option, PubSub, Stream } from "effect"
 import { awaitReply, type Reply } from "../src/concurrency/WorkQueue.js"
 import { ActivityStore, type PlannedDelivery } from "../src/conversations/ActivityStore.js"
+import { isOutcomeUnknown } from "../src/db/SqlErrors.js"
 import { inSeqOrder, livePubSub, type ReadAfter, storedBetween } from "../src/conversations/SeqFollower.js"
 import { type ConversationState, ConversationStateRepo } from "../src/conversations/ConversationState.js"
 import type { Activity, ActivityDraft } from "../src/domain/Activity.js"
 import { ConversationClosed, databaseUnavailable, NotFound, type Unavailable } from "../src/domain/ApiError.js"
+import { WriteOutcomeUnknown } from "./ConversationEntity.js"
 
 /** This node no longer owns the conversation's shard: the caller goes through the cluster. */
 export class Moved extends Data.TaggedError("Moved")<{}> {}
 
-type AppendDone = Reply<Activity, NotFound | ConversationClosed | Unavailable | Moved>
+type AppendDone = Reply<Activity, NotFound | ConversationClosed | Unavailable | WriteOutcomeUnknown | Moved>
 type StatusDone = Reply<{ readonly changed: boolean }, NotFound | Unavailable | Moved>
 
 type Command =
@@ -234,9 +236,17 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
         if (Either.isLeft(written)) {
           state = undefined
           const pending = waiting.map(([command]) => command)
-          return (written.left._tag === "SeqTaken" || written.left._tag === "KeyTaken") && attempt < MAX_CONFLICT_RETRIES
-            ? yield* round(pending, attempt + 1)
-            : yield* failAll(pending, databaseUnavailable())
+          if ((written.left._tag === "SeqTaken" || written.left._tag === "KeyTaken") && attempt < MAX_CONFLICT_RETRIES) {
+            return yield* round(pending, attempt + 1)
+          }
+          // A write that may have committed: appends are settled by their callers; a status change
+          // is idempotent, so its 503 is safe to retry.
+          const open = written.left._tag === "WriteFailed" && isOutcomeUnknown(written.left.cause)
+          for (const command of pending) {
+            if (command._tag === "Append" && open) command.done(Exit.fail(new WriteOutcomeUnknown()))
+            else (command.done as StatusDone)(Exit.fail(databaseUnavailable()))
+          }
+          return
         }
         const inserted = written.right
         const last = inserted[inserted.length - 1]!
@@ -305,8 +315,8 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
       awaitReply<A, E>((reply) => enqueue(command(reply)))
 
     /** Like `submit`, failing with `onTimeout` if no answer comes in time. */
-    const submitWithin = <A, E>(command: (done: Reply<A, E>) => Command, within: AnswerWithin<E>) =>
-      awaitReply<A, E>((reply) => {
+    const submitWithin = <A, E, E2>(command: (done: Reply<A, E>) => Command, within: AnswerWithin<E2>) =>
+      awaitReply<A, E | E2>((reply) => {
         const timer = setTimeout(() => reply(Exit.fail(within.onTimeout())), within.ms)
         enqueue(command((exit) => {
           clearTimeout(timer)
@@ -321,7 +331,7 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
      * long the write takes; commands that arrive meanwhile queue as usual and keep their deadline.
      */
     const appendInline = (command: (done: AppendDone) => Command) => {
-      let answer: Exit.Exit<Activity, NotFound | ConversationClosed | Unavailable | Moved> | undefined
+      let answer: Exit.Exit<Activity, NotFound | ConversationClosed | Unavailable | WriteOutcomeUnknown | Moved> | undefined
       const commands = [command((exit) => (answer = exit))]
       return Effect.flatMap(runRound(commands), () => answer ?? Exit.die(new Error("the round gave no answer")))
     }
@@ -342,7 +352,7 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
 
     return {
       /** Appends; `within` bounds the wait when the caller has no deadline of its own. */
-      append: (request: AppendRequest, within?: AnswerWithin<Unavailable>) =>
+      append: <E = never>(request: AppendRequest, within?: AnswerWithin<E>) =>
         Effect.uninterruptibleMask((restore) =>
           Effect.suspend(() => {
             const command = (done: AppendDone): Command => ({ _tag: "Append", ...request, done })

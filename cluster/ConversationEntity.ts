@@ -4,13 +4,20 @@ import { Schema } from "effect"
 import { Activity, ActivityDraft } from "../src/domain/Activity.js"
 import { ConversationClosed, NotFound, Unavailable } from "../src/domain/ApiError.js"
 
+/**
+ * The append's write failed in a way that leaves its outcome open (its connection broke after
+ * sending it): the caller looks the draft up once it is settled (WriteTimings), never answering a
+ * 503 for an append that was stored.
+ */
+export class WriteOutcomeUnknown extends Schema.TaggedError<WriteOutcomeUnknown>()("WriteOutcomeUnknown", {}) {}
+
 /** Appends one activity; re-sending the same draft id or idempotency key returns the stored one. */
 export const Append = Rpc.make("Append", {
   // `deadline` (epoch ms): past it the entity no longer writes, so a caller that gave up and
   // answered 503 can trust that nothing was stored.
   payload: { tenantId: Schema.UUID, draft: ActivityDraft, deadline: Schema.Number },
   success: Activity,
-  error: Schema.Union(NotFound, ConversationClosed, Unavailable)
+  error: Schema.Union(NotFound, ConversationClosed, Unavailable, WriteOutcomeUnknown)
 })
 
 /**

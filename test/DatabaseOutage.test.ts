@@ -5,8 +5,16 @@ import { tcpProxy } from "./support/TcpProxy.js"
 import { serverUrl, TestDatabase, TestDatabaseLive } from "./support/TestDatabase.js"
 import { ADMIN_TOKEN } from "./support/TestNode.js"
 
+/** What the API answered: the status, the envelope's code if any, the data if any, and how long it took. */
+interface Answer {
+  readonly status: number
+  readonly code: string | undefined
+  readonly data: unknown
+  readonly ms: number
+}
+
 const call = (baseUrl: string, method: string, path: string, headers: Record<string, string>, body?: unknown) =>
-  Effect.promise(async () => {
+  Effect.promise(async (): Promise<Answer> => {
     const started = Date.now()
     const response = await fetch(`${baseUrl}${path}`, {
       method,
@@ -14,8 +22,23 @@ const call = (baseUrl: string, method: string, path: string, headers: Record<str
       ...(body === undefined ? {} : { body: JSON.stringify(body) }),
       signal: AbortSignal.timeout(30_000)
     })
-    const json = (await response.json()) as { error?: { code: string } }
-    return { status: response.status, code: json.error?.code, ms: Date.now() - started }
+    const json = (await response.json()) as { error?: { code: string }; data?: unknown }
+    return { status: response.status, code: json.error?.code, data: json.data, ms: Date.now() - started }
+  })
+
+const admin = { authorization: `Bearer ${ADMIN_TOKEN}` }
+
+/** A tenant's API key and a conversation of one of its channels, made through the node's API. */
+const seedConversation = (baseUrl: string) =>
+  Effect.gen(function*() {
+    const tenant = yield* call(baseUrl, "POST", "/api/v1/admin/tenants", admin, { tenant: { name: "outage" } })
+    const key = (tenant.data as { api_key: string }).api_key
+    const channel = yield* call(baseUrl, "POST", "/api/v1/manage/channels", { "x-api-key": key }, {
+      channel: { name: "socket", type: "websocket" }
+    })
+    const secret = (channel.data as { secret: string }).secret
+    const conversation = yield* call(baseUrl, "POST", "/api/v1/conversations", { "x-channel-token": secret }, {})
+    return { tenantId: (tenant.data as { id: string }).id, key, conversationId: (conversation.data as { id: string }).id }
   })
 
 describe.skipIf(serverUrl === undefined)("database outage", () => {
@@ -28,31 +51,44 @@ describe.skipIf(serverUrl === undefined)("database outage", () => {
       const proxy = yield* tcpProxy({ host: url.hostname, port: Number(url.port || 5432) })
       url.host = `127.0.0.1:${proxy.port}`
       const node = yield* spawnNode("A", { DATABASE_URL: url.toString() })
-      const admin = { authorization: `Bearer ${ADMIN_TOKEN}` }
-      const created = yield* Effect.promise(() =>
-        fetch(`${node.baseUrl}/api/v1/admin/tenants`, {
-          method: "POST",
-          headers: { ...admin, "content-type": "application/json" },
-          body: JSON.stringify({ tenant: { name: "outage" } })
-        }).then((r) => r.json() as Promise<{ data: { id: string } }>)
-      )
-      expect(created.data.id).toBeDefined()
+      const { tenantId } = yield* seedConversation(node.baseUrl)
 
       proxy.blackhole()
       // The pool drops the connections it had once it sees them closed: the next query needs a new one.
       yield* Effect.sleep("500 millis")
-      const during = yield* call(node.baseUrl, "GET", `/api/v1/admin/tenants/${created.data.id}`, admin)
+      const during = yield* call(node.baseUrl, "GET", `/api/v1/admin/tenants/${tenantId}`, admin)
       expect(during.status).toBe(503)
       expect(during.code).toBe("unavailable")
       // Within the 5 s connect timeout and the answer's own margin, not the client's 30 s.
       expect(during.ms).toBeLessThan(15_000)
 
       proxy.restore()
-      const after = yield* call(node.baseUrl, "GET", `/api/v1/admin/tenants/${created.data.id}`, admin).pipe(
+      const after = yield* call(node.baseUrl, "GET", `/api/v1/admin/tenants/${tenantId}`, admin).pipe(
         Effect.filterOrFail((reply) => reply.status === 200, () => "not yet"),
         Effect.retry(Schedule.spaced("500 millis").pipe(Schedule.upTo("30 seconds"))),
         Effect.orDie
       )
       expect(after.status).toBe(200)
     }).pipe(Effect.scoped, Effect.provide(TestDatabaseLive)), 120_000)
+
+  // The connection breaks after the batch statement reached PostgreSQL: it commits, and the node
+  // never hears so. The append must not be answered 503 (a client without a key would repeat it).
+  it.live("an append whose write committed but whose answer was lost is answered 201 with it", () =>
+    Effect.gen(function*() {
+      const db = yield* TestDatabase
+      const url = new URL(db.url!)
+      const proxy = yield* tcpProxy({ host: url.hostname, port: Number(url.port || 5432) })
+      url.host = `127.0.0.1:${proxy.port}`
+      const node = yield* spawnNode("A", { DATABASE_URL: url.toString() })
+      const { conversationId, key } = yield* seedConversation(node.baseUrl)
+      proxy.loseAnswerTo("append_batch")
+      const reply = yield* call(node.baseUrl, "POST", `/api/v1/conversations/${conversationId}/activities`, { "x-api-key": key }, {
+        text: "committed in the dark"
+      })
+      expect(reply.status).toBe(201)
+      const stored = yield* call(node.baseUrl, "GET", `/api/v1/conversations/${conversationId}/activities`, { "x-api-key": key })
+      expect(stored.status).toBe(200)
+      expect((stored.data as ReadonlyArray<{ id: string }>).map((a) => a.id)).toEqual([(reply.data as { id: string }).id])
+    }).pipe(Effect.scoped, Effect.provide(TestDatabaseLive)), 120_000)
 })
+

@@ -10,7 +10,7 @@ import type { Activity, ActivityDraft } from "../domain/Activity.js"
 import { redactSensitive } from "../domain/Redaction.js"
 import { Metrics } from "../ops/Metrics.js"
 import { ACTIVITY_COLUMNS, ActivityFromRow } from "./ActivityRows.js"
-import { WRITE_STATEMENT_TIMEOUT_MS } from "./WriteTimings.js"
+import { WRITE_CONNECT_TIMEOUT_MS, WRITE_QUERY_TIMEOUT_MS, WRITE_STATEMENT_TIMEOUT_MS } from "./WriteTimings.js"
 
 /** Another writer moved the conversation's head, or stored one of these ids or keys first. */
 export class SeqTaken extends Data.TaggedError("SeqTaken")<{ readonly conversationId: string }> {}
@@ -95,7 +95,11 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
     const sql = yield* SqlClient.SqlClient
     const metrics = yield* Metrics
     // Batches go through connections of their own: each statement bounded (WriteTimings), by index.
-    const { client: writer, pool: writerPool } = yield* writerClient(WRITERS, WRITE_STATEMENT_TIMEOUT_MS)
+    const { client: writer, pool: writerPool } = yield* writerClient(WRITERS, {
+      connectMs: WRITE_CONNECT_TIMEOUT_MS,
+      statementMs: WRITE_STATEMENT_TIMEOUT_MS,
+      queryMs: WRITE_QUERY_TIMEOUT_MS
+    })
     if (Option.isSome(writerPool)) {
       const pool = writerPool.value
       metrics.gauge("parley_db_writer_connections", "Open connections of the activity writer", () => pool.totalCount)

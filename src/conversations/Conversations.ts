@@ -1,4 +1,4 @@
-import { Cause, Data, Effect, Either, Option } from "effect"
+import { Cause, Data, Effect, Either, Option, Schedule } from "effect"
 import type { AppendRequest } from "../../cluster/ConversationCore.js"
 import { ConversationCores } from "../../cluster/ConversationCores.js"
 import { ConversationEntity } from "../../cluster/ConversationEntity.js"
@@ -6,6 +6,7 @@ import { orUnavailable } from "../db/SqlFailure.js"
 import type { Activity, ActivityDraft } from "../domain/Activity.js"
 import {
   BadRequest,
+  databaseUnavailable,
   InvalidMessage,
   InvalidWatermark,
   NotFound,
@@ -15,7 +16,7 @@ import { decodeWatermark } from "../domain/Watermark.js"
 import { type ActivityInput, checkActivity } from "./ActivityRules.js"
 import { ActivityStore } from "./ActivityStore.js"
 import { ConversationRepo, type ListFilter } from "./ConversationRepo.js"
-import { ANSWER_TIMEOUT_MS, WRITE_DEADLINE_MS, WRITE_STATEMENT_TIMEOUT_MS } from "./WriteTimings.js"
+import { ANSWER_TIMEOUT_MS, WRITE_DEADLINE_MS, WRITE_SETTLED_AFTER_MS } from "./WriteTimings.js"
 
 
 const clusterUnavailable = () =>
@@ -44,8 +45,10 @@ const clusterCall = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
 /** An append's cluster call that ended without its answer: the draft may or may not be stored. */
 class Unanswered extends Data.TaggedError("Unanswered")<{}> {}
 
-/** A statement that ran until its timeout still needs its commit: a little more before looking. */
-const COMMIT_MARGIN_MS = 500
+/** Each look at a settled draft is bounded; a few are tried before answering 503. */
+const SETTLE_LOOKUP_TIMEOUT_MS = 1_000
+const SETTLE_LOOKUP_RETRIES = 2
+const SETTLE_LOOKUP_PAUSE_MS = 250
 
 const notFound = (id: string) => new NotFound({ message: `conversation ${id} not found` })
 
@@ -67,18 +70,27 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
     const cores = yield* ConversationCores
 
     /**
-     * The answer to an append whose cluster call ended without one (no reply in time, the owner's
-     * connection lost, the call interrupted by a shard moving): once no write of its draft can still
-     * commit (its deadline and a statement's time have passed), the draft is stored or never will
-     * be. So a 503 still means nothing was stored, and a write whose reply was lost is answered.
+     * The answer to an append left without one (no reply in time, the owner's connection lost, the
+     * call interrupted by a shard moving, its write's connection broken after sending it): once no
+     * write of its draft can still commit (`WRITE_SETTLED_AFTER_MS` past its deadline), the draft is
+     * stored or never will be. So a 503 (`notStored`) still means nothing was stored, and a write
+     * whose answer was lost is answered.
      */
-    const settleUnanswered = (conversationId: string, request: AppendRequest): Effect.Effect<Activity, Unavailable> =>
-      Effect.suspend(() =>
-        Effect.sleep(Math.max(0, request.deadline + WRITE_STATEMENT_TIMEOUT_MS + COMMIT_MARGIN_MS - Date.now()))
-      ).pipe(
-        Effect.zipRight(store.findExisting(conversationId, [request.draft.id], [])),
+    const settleUnanswered = (
+      conversationId: string,
+      request: AppendRequest,
+      notStored: () => Unavailable
+    ): Effect.Effect<Activity, Unavailable> =>
+      Effect.suspend(() => Effect.sleep(Math.max(0, request.deadline + WRITE_SETTLED_AFTER_MS - Date.now()))).pipe(
+        Effect.zipRight(
+          store.findExisting(conversationId, [request.draft.id], []).pipe(
+            Effect.timeout(SETTLE_LOOKUP_TIMEOUT_MS),
+            // A database that answers nothing for a while: a few more looks before giving up.
+            Effect.retry({ times: SETTLE_LOOKUP_RETRIES, schedule: Schedule.spaced(SETTLE_LOOKUP_PAUSE_MS) })
+          )
+        ),
         Effect.orElseSucceed((): ReadonlyArray<Activity> => []),
-        Effect.flatMap((found) => found.length > 0 ? Effect.succeed(found[0]!) : Effect.fail(clusterUnavailable()))
+        Effect.flatMap((found) => found.length > 0 ? Effect.succeed(found[0]!) : Effect.fail(notStored()))
       )
 
     /**
@@ -90,19 +102,22 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
         // Bounded like every cluster call, but an append left without its answer is settled, not guessed.
         Effect.timeoutFail({ duration: ANSWER_TIMEOUT_MS, onTimeout: () => new Unanswered() }),
         Effect.catchIf(isRefused, () => Effect.fail(clusterUnavailable())),
-        Effect.catchIf(tagged("Unanswered", "PersistenceError"), () => settleUnanswered(conversationId, request)),
+        Effect.catchIf(tagged("Unanswered", "PersistenceError"), () => settleUnanswered(conversationId, request, clusterUnavailable)),
+        Effect.catchTag("WriteOutcomeUnknown", () => settleUnanswered(conversationId, request, databaseUnavailable)),
         // A defect or an interruption of the call itself (this request's own interruption is not caught).
         Effect.catchAllCause((cause) =>
           Option.match(Cause.failureOption(cause), {
             onSome: Effect.fail,
-            onNone: () => settleUnanswered(conversationId, request)
+            onNone: () => settleUnanswered(conversationId, request, clusterUnavailable)
           })
         )
       )
       return cores.isOwned(conversationId)
         ? cores.get(conversationId).pipe(
-          Effect.flatMap((core) => core.append(request, { ms: ANSWER_TIMEOUT_MS, onTimeout: clusterUnavailable })),
-          Effect.catchTag("Moved", () => viaCluster)
+          Effect.flatMap((core) => core.append(request, { ms: ANSWER_TIMEOUT_MS, onTimeout: () => new Unanswered() })),
+          Effect.catchTag("Moved", () => viaCluster),
+          // Here the delay or the broken write was the database's.
+          Effect.catchIf(tagged("Unanswered", "WriteOutcomeUnknown"), () => settleUnanswered(conversationId, request, databaseUnavailable))
         )
         : viaCluster
     }

@@ -1,9 +1,16 @@
 /**
  * The time budget of a write whose caller may give up (ADR 0004). A write starts only before its
- * deadline, `WRITE_DEADLINE_MS` after the request; PostgreSQL cancels its statement after
- * `WRITE_STATEMENT_TIMEOUT_MS`; the caller waits `ANSWER_TIMEOUT_MS`, longer than both together. A
- * write that commits has committed before its caller gives up, so a 503 means nothing was stored.
+ * deadline, `WRITE_DEADLINE_MS` after the request, on a connection it waits for at most
+ * `WRITE_CONNECT_TIMEOUT_MS`; PostgreSQL cancels its statement after `WRITE_STATEMENT_TIMEOUT_MS`,
+ * and the writer stops waiting for the answer after `WRITE_QUERY_TIMEOUT_MS`. So once
+ * `WRITE_SETTLED_AFTER_MS` have passed since the deadline, a draft is stored or never will be (a
+ * commit PostgreSQL itself holds up, a slow WAL flush or a synchronous replica, aside): a caller
+ * left without an answer looks its draft up then, and a 503 means nothing was stored.
  */
 export const WRITE_DEADLINE_MS = 5_000
+export const WRITE_CONNECT_TIMEOUT_MS = 2_000
 export const WRITE_STATEMENT_TIMEOUT_MS = 2_000
+export const WRITE_QUERY_TIMEOUT_MS = WRITE_STATEMENT_TIMEOUT_MS + 1_000
+export const WRITE_SETTLED_AFTER_MS = WRITE_CONNECT_TIMEOUT_MS + WRITE_QUERY_TIMEOUT_MS + 500
+/** How long a caller waits for the owner's answer before settling the append itself. */
 export const ANSWER_TIMEOUT_MS = 8_000

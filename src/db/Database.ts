@@ -131,14 +131,17 @@ const ClientLive = Layer.unwrapEffect(Effect.map(DatabasePool, ({ pool }) => cli
 
 /**
  * A client of its own `connections` for short writes that reach their rows by key. PostgreSQL
- * cancels a statement after `statementTimeoutMs`, so a write commits within that time or not at
+ * cancels a statement after `timeouts.statementMs`, so a write commits within that time or not at
  * all; sequential scans are priced out, so a statement over a small or freshly updated table
  * still goes through its indexes (a scan per write grows with the table, and updated rows leave
  * dead versions to visit); and prepared statements keep their generic plan instead of being
  * planned again on every call when the values make a custom plan look cheaper. Its pool is returned for metrics. On the embedded database (one session
  * for everything) it is the node's client, unbounded, and has no pool of its own.
  */
-export const writerClient = (connections: number, statementTimeoutMs: number) =>
+export const writerClient = (
+  connections: number,
+  timeouts: { readonly connectMs: number; readonly statementMs: number; readonly queryMs: number }
+) =>
   Effect.gen(function*() {
     const config = yield* AppConfig
     if (Option.isNone(config.databaseUrl)) {
@@ -147,9 +150,12 @@ export const writerClient = (connections: number, statementTimeoutMs: number) =>
     const pool = yield* acquirePool({
       ...serverOptions(config, config.databaseUrl.value),
       max: connections,
-      // A batch waits for a new connection no longer than a statement may run.
-      connectionTimeoutMillis: statementTimeoutMs,
-      statement_timeout: statementTimeoutMs,
+      connectionTimeoutMillis: timeouts.connectMs,
+      statement_timeout: timeouts.statementMs,
+      // The server cancels a statement; this bounds the wait for an answer that never comes (a
+      // connection gone silent), after which the write's outcome is looked up, not guessed.
+      query_timeout: timeouts.queryMs,
+      keepAlive: true,
       options: "-c enable_seqscan=off -c plan_cache_mode=force_generic_plan"
     })
     const client = Context.get(yield* Layer.build(clientLayer(pool)), SqlClient.SqlClient)

@@ -16,3 +16,15 @@ export const isForeignKeyViolation = (error: SqlError) => codeOf(error) === "235
  * that does not exist, a number out of range). The request carried it, so retrying cannot help.
  */
 export const isDataException = (error: SqlError) => codeOf(error)?.startsWith("22") === true
+
+/**
+ * Whether a failed statement may still have committed: no SQLSTATE (the connection broke, or no
+ * answer came in time), a connection exception (class 08), or the server stopping (57P) or failing
+ * (XX) under it. Any other SQLSTATE answers a statement that rolled back.
+ */
+export const isOutcomeUnknown = (error: SqlError) => {
+  const code = codeOf(error)
+  return code === undefined || !/^[0-9A-Z]{5}$/.test(code) || code.startsWith("08") || code.startsWith("57P") ||
+    code.startsWith("XX")
+}
+

@@ -1,6 +1,9 @@
 import { Effect } from "effect"
 import * as Net from "node:net"
 
+/** Long enough for the server to finish (and commit) what it was sent. */
+const LOST_ANSWER_CLOSE_MS = 500
+
 /** A TCP proxy to a server that can be switched to accept connections and never answer them. */
 export interface TcpProxy {
   readonly port: number
@@ -8,6 +11,11 @@ export interface TcpProxy {
   readonly blackhole: () => void
   /** Forwards new connections again. */
   readonly restore: () => void
+  /**
+   * The next connection to send bytes containing `marker` delivers them, gets no answer back and
+   * is closed shortly after: the server has done the work, the client never hears of it.
+   */
+  readonly loseAnswerTo: (marker: string) => void
 }
 
 /** Starts a proxy on a free loopback port to `target`; it closes with the scope. */
@@ -21,12 +29,24 @@ export const tcpProxy = (target: { readonly host: string; readonly port: number 
         socket.on("close", () => sockets.delete(socket))
         socket.on("error", () => socket.destroy())
       }
+      let marker: string | undefined
       const server = Net.createServer((client) => {
         track(client)
         if (!forwarding) return
         const upstream = Net.connect(target.port, target.host)
         track(upstream)
-        client.pipe(upstream).pipe(client)
+        let muted = false
+        client.on("data", (chunk: Buffer) => {
+          upstream.write(chunk)
+          if (marker !== undefined && chunk.includes(marker)) {
+            marker = undefined
+            muted = true
+            setTimeout(() => client.destroy(), LOST_ANSWER_CLOSE_MS)
+          }
+        })
+        upstream.on("data", (chunk: Buffer) => {
+          if (!muted) client.write(chunk)
+        })
         client.on("close", () => upstream.destroy())
         upstream.on("close", () => client.destroy())
       })
@@ -39,6 +59,9 @@ export const tcpProxy = (target: { readonly host: string; readonly port: number 
           },
           restore: () => {
             forwarding = true
+          },
+          loseAnswerTo: (text) => {
+            marker = text
           }
         }
         resume(Effect.succeed({ proxy, server, sockets }))
