@@ -41,16 +41,22 @@ const seedConversation = (baseUrl: string) =>
     return { tenantId: (tenant.data as { id: string }).id, key, conversationId: (conversation.data as { id: string }).id }
   })
 
+/** A node whose every database connection goes through a proxy the test controls. */
+const nodeBehindProxy = Effect.gen(function*() {
+  const db = yield* TestDatabase
+  const url = new URL(db.url!)
+  const proxy = yield* tcpProxy({ host: url.hostname, port: Number(url.port || 5432) })
+  url.host = `127.0.0.1:${proxy.port}`
+  const node = yield* spawnNode("A", { DATABASE_URL: url.toString() })
+  return { node, proxy }
+})
+
 describe.skipIf(serverUrl === undefined)("database outage", () => {
   // A database that accepts connections and never answers them (a dead host behind a load balancer,
   // a full firewall queue): every new connection the node needs would wait for ever without a timeout.
   it.live("requests needing a new connection get 503 within the connect timeout; the node recovers", () =>
     Effect.gen(function*() {
-      const db = yield* TestDatabase
-      const url = new URL(db.url!)
-      const proxy = yield* tcpProxy({ host: url.hostname, port: Number(url.port || 5432) })
-      url.host = `127.0.0.1:${proxy.port}`
-      const node = yield* spawnNode("A", { DATABASE_URL: url.toString() })
+      const { node, proxy } = yield* nodeBehindProxy
       const { tenantId } = yield* seedConversation(node.baseUrl)
 
       proxy.blackhole()
@@ -75,11 +81,7 @@ describe.skipIf(serverUrl === undefined)("database outage", () => {
   // never hears so. The append must not be answered 503 (a client without a key would repeat it).
   it.live("an append whose write committed but whose answer was lost is answered 201 with it", () =>
     Effect.gen(function*() {
-      const db = yield* TestDatabase
-      const url = new URL(db.url!)
-      const proxy = yield* tcpProxy({ host: url.hostname, port: Number(url.port || 5432) })
-      url.host = `127.0.0.1:${proxy.port}`
-      const node = yield* spawnNode("A", { DATABASE_URL: url.toString() })
+      const { node, proxy } = yield* nodeBehindProxy
       const { conversationId, key } = yield* seedConversation(node.baseUrl)
       proxy.loseAnswerTo("append_batch")
       const reply = yield* call(node.baseUrl, "POST", `/api/v1/conversations/${conversationId}/activities`, { "x-api-key": key }, {
