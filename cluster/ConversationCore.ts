@@ -1,5 +1,5 @@
-import { Data, Effect, Either, Exit, FiberId, Option, PubSub, Stream } from "effect"
-import { awaitReply, type Reply } from "../src/concurrency/WorkQueue.js"
+import { Data, Effect, Either, Exit, Option, PubSub, Stream } from "effect"
+import { answerWithin, awaitReply, type Reply } from "../src/concurrency/WorkQueue.js"
 import { ActivityStore, type PlannedDelivery } from "../src/conversations/ActivityStore.js"
 import { isOutcomeUnknown } from "../src/db/SqlErrors.js"
 import { inSeqOrder, livePubSub, type ReadAfter, storedBetween } from "../src/conversations/SeqFollower.js"
@@ -94,7 +94,13 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
   Effect.gen(function*() {
     const store = yield* ActivityStore
     const states = yield* ConversationStateRepo
-    const live = yield* livePubSub()
+    // Made for the first stream: most conversations never have one, and the buffer takes memory.
+    let live: PubSub.PubSub<Activity> | undefined
+    const liveFeed = Effect.suspend(() =>
+      live !== undefined
+        ? Effect.succeed(live)
+        : Effect.map(livePubSub(), (made) => (live ??= made))
+    )
     // Commands waiting for the next round, in arrival order.
     const inbox: Array<Command> = []
     // Used only by the round that holds the turn; `undefined` means "load from the database".
@@ -108,21 +114,13 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
      * are uninterruptible, so the read runs in a fiber of its own, cancelled in the background.
      */
     const readFor = <A, E>(commands: ReadonlyArray<Command>, read: Effect.Effect<A, E>) =>
-      Effect.flatMap(Effect.forkDaemon(Effect.interruptible(read)), (fiber) =>
-        awaitReply<A, E | Unavailable>((reply) => {
-          let deadline = Infinity
-          for (const command of commands) deadline = Math.min(deadline, command.deadline)
-          // Commands already late (a redelivery) still get a short look at what is stored.
-          deadline = Math.max(deadline, Date.now() + LATE_READ_MS)
-          const timer = setTimeout(() => {
-            reply(Exit.fail(databaseUnavailable()))
-            fiber.unsafeInterruptAsFork(FiberId.none)
-          }, Math.max(0, deadline - Date.now()))
-          fiber.addObserver((exit) => {
-            clearTimeout(timer)
-            reply(exit)
-          })
-        }))
+      Effect.suspend(() => {
+        let deadline = Infinity
+        for (const command of commands) deadline = Math.min(deadline, command.deadline)
+        // Commands already late (a redelivery) still get a short look at what is stored.
+        deadline = Math.max(deadline, Date.now() + LATE_READ_MS)
+        return answerWithin(read, deadline - Date.now(), databaseUnavailable)
+      })
 
     const loadState = (commands: ReadonlyArray<Command>) =>
       Effect.suspend(() =>
@@ -252,7 +250,7 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
         const last = inserted[inserted.length - 1]!
         state = { ...current, head_seq: last.seq, status, updated_at: last.inserted_at }
         // With no stream open nobody is subscribed: publishing would only cost.
-        if (subscribers > 0) yield* PubSub.publishAll(live, inserted)
+        if (subscribers > 0 && live !== undefined) yield* PubSub.publishAll(live, inserted)
         const byNewId = new Map(inserted.map((a) => [a.id, a]))
         for (const [command, id] of waiting) {
           if (command._tag === "Append") command.done(Exit.succeed(byNewId.get(id!)!))
@@ -343,7 +341,7 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
     const subscribe = (fromSeq: number) =>
       Stream.unwrapScoped(Effect.gen(function*() {
         yield* Effect.acquireRelease(Effect.sync(() => subscribers++), () => Effect.sync(() => subscribers--))
-        const subscription = yield* PubSub.subscribe(live)
+        const subscription = yield* PubSub.subscribe(yield* liveFeed)
         const read: ReadAfter<unknown> = (after, limit) => store.readAfter(conversationId, after, limit)
         return inSeqOrder(fromSeq, storedBetween(read, REPLAY_PAGE, fromSeq), Stream.fromQueue(subscription), read, REPLAY_PAGE).pipe(
           Stream.catchAll(() => Stream.fail(databaseUnavailable()))

@@ -1,4 +1,4 @@
-import { Effect, type Exit } from "effect"
+import { Effect, Exit, FiberId } from "effect"
 
 /**
  * Completes a waiting caller. Only the first completion counts (a timeout and a late answer may
@@ -20,6 +20,24 @@ export const awaitReply = <A, E>(register: (reply: Reply<A, E>) => void): Effect
       resume(exit)
     })
   })
+
+/**
+ * Runs `effect` in a fiber of its own and answers `onTimeout()` if it has not finished `ms` from
+ * now, interrupting it in the background. Cheaper than `Effect.timeout` (no race of two fibers, no
+ * scope), and it answers in time even when the caller cannot be interrupted.
+ */
+export const answerWithin = <A, E, E2>(effect: Effect.Effect<A, E>, ms: number, onTimeout: () => E2) =>
+  Effect.flatMap(Effect.forkDaemon(Effect.interruptible(effect)), (fiber) =>
+    awaitReply<A, E | E2>((reply) => {
+      const timer = setTimeout(() => {
+        reply(Exit.fail(onTimeout()))
+        fiber.unsafeInterruptAsFork(FiberId.none)
+      }, Math.max(0, ms))
+      fiber.addObserver((exit) => {
+        clearTimeout(timer)
+        reply(exit)
+      })
+    }))
 
 /**
  * An unbounded queue whose consumer fibers take everything waiting, up to a maximum, in one go:

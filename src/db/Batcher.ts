@@ -1,5 +1,5 @@
 import { Effect, Exit } from "effect"
-import { awaitReply, type Reply, WorkQueue } from "../concurrency/WorkQueue.js"
+import { answerWithin, awaitReply, type Reply, WorkQueue } from "../concurrency/WorkQueue.js"
 
 interface Waiting<K, A, E> {
   readonly key: K
@@ -23,9 +23,7 @@ export const makeBatcher = <K, A, E>(options: {
     const queue = new WorkQueue<Waiting<K, A, E>>()
 
     const runBatch = (batch: ReadonlyArray<Waiting<K, A, E>>) =>
-      Effect.exit(options.run(batch.map((w) => w.key)).pipe(
-        Effect.timeoutFail({ duration: options.timeout.ms, onTimeout: options.timeout.onTimeout })
-      )).pipe(
+      Effect.exit(answerWithin(options.run(batch.map((w) => w.key)), options.timeout.ms, options.timeout.onTimeout)).pipe(
         Effect.map((exit) => batch.forEach((waiting, i) => waiting.done(Exit.map(exit, (answers) => answers[i]!))))
       )
 

@@ -95,7 +95,9 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
       if (Option.isSome(failure) && isWireError(failure.value)) {
         return Effect.succeed({ status: statusOfWireError(failure.value), body: toBody(failure.value, requestId) })
       }
+      // The one line a request of this route writes itself: it names the request.
       return Effect.logError("request failed unexpectedly", cause).pipe(
+        Effect.annotateLogs("request_id", requestId),
         Effect.as(failed(500, "internal", "internal error", null, requestId))
       )
     }
@@ -148,8 +150,7 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
       const started = performance.now()
       const requestId = requestIdFrom(header(request, "x-request-id"))
       runFork(
-        // Every line logged while answering names the request, as the router's do.
-        Effect.flatMap(Effect.zip(answer(request, conversationId, text, requestId).pipe(Effect.annotateLogs("request_id", requestId)), lifecycle.isDraining), ([result, draining]) => {
+        Effect.flatMap(Effect.zip(answer(request, conversationId, text, requestId), lifecycle.isDraining), ([result, draining]) => {
           const seconds = respond(response, requestId, result, started, draining)
           return accessLog
             ? Effect.logDebug("http request").pipe(Effect.annotateLogs({
