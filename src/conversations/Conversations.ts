@@ -83,13 +83,24 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
     ): Effect.Effect<Activity, Unavailable> =>
       Effect.suspend(() => Effect.sleep(Math.max(0, request.deadline + WRITE_SETTLED_AFTER_MS - Date.now()))).pipe(
         Effect.zipRight(
-          store.findExisting(conversationId, [request.draft.id], []).pipe(
+          // By the key too: a retry's own draft is new, and the append its key names may be stored.
+          store.findExisting(
+            conversationId,
+            [request.draft.id],
+            request.draft.idempotency_key === null ? [] : [request.draft.idempotency_key]
+          ).pipe(
             Effect.timeout(SETTLE_LOOKUP_TIMEOUT_MS),
             // A database that answers nothing for a while: a few more looks before giving up.
             Effect.retry({ times: SETTLE_LOOKUP_RETRIES, schedule: Schedule.spaced(SETTLE_LOOKUP_PAUSE_MS) })
           )
         ),
         Effect.orElseSucceed((): ReadonlyArray<Activity> => []),
+        // Rare (a node lost, a write's connection broken): worth a line for whoever looks into it.
+        Effect.tap((found) =>
+          Effect.logWarning("append settled after its answer was lost").pipe(
+            Effect.annotateLogs({ conversation_id: conversationId, draft_id: request.draft.id, stored: found.length > 0 })
+          )
+        ),
         Effect.flatMap((found) => found.length > 0 ? Effect.succeed(found[0]!) : Effect.fail(notStored()))
       )
 
