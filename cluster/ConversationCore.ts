@@ -5,7 +5,7 @@ import { isOutcomeUnknown } from "../src/db/SqlErrors.js"
 import { inSeqOrder, livePubSub, type ReadAfter, storedBetween } from "../src/conversations/SeqFollower.js"
 import { type ConversationState, ConversationStateRepo } from "../src/conversations/ConversationState.js"
 import type { Activity, ActivityDraft } from "../src/domain/Activity.js"
-import { ConversationClosed, databaseUnavailable, NotFound, type Unavailable } from "../src/domain/ApiError.js"
+import { clusterUnavailable, ConversationClosed, databaseUnavailable, NotFound, type Unavailable } from "../src/domain/ApiError.js"
 import { WriteOutcomeUnknown } from "./ConversationEntity.js"
 
 /** This node no longer owns the conversation's shard: the caller goes through the cluster. */
@@ -14,10 +14,22 @@ export class Moved extends Data.TaggedError("Moved")<{}> {}
 type AppendDone = Reply<Activity, NotFound | ConversationClosed | Unavailable | WriteOutcomeUnknown | Moved>
 type StatusDone = Reply<{ readonly changed: boolean }, NotFound | Unavailable | Moved>
 
+/**
+ * `arrivedLate`: the command reached the core past its deadline. Its delay was on the way (a shard
+ * moving, an owner lost), not in this core's inbox behind slow writes: a 503 for it says so.
+ */
 type Command =
-  | { readonly _tag: "Append"; readonly tenantId: string; readonly draft: ActivityDraft; readonly deadline: number; readonly done: AppendDone }
+  | {
+    readonly _tag: "Append"
+    readonly tenantId: string
+    readonly draft: ActivityDraft
+    readonly deadline: number
+    readonly arrivedLate: boolean
+    readonly done: AppendDone
+  }
   | {
     readonly _tag: "SetStatus"
+    readonly arrivedLate: boolean
     readonly tenantId: string
     readonly status: "active" | "closed"
     readonly reason: "manual" | "expired"
@@ -31,6 +43,9 @@ const MAX_COMMANDS_PER_ROUND = 256
 /** How often a round is retried after another writer moved the head (two owners for a moment). */
 const MAX_CONFLICT_RETRIES = 5
 const REPLAY_PAGE = 500
+/** The 503 for a command past its deadline: where the time went decides the reason. */
+const lateFailure = (command: Command) => (command.arrivedLate ? clusterUnavailable() : databaseUnavailable())
+
 /** How long a round's read may take when its commands' deadlines have passed already. */
 const LATE_READ_MS = 1000
 
@@ -197,7 +212,7 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
             else if (status === "closed") {
               command.done(Exit.fail(new ConversationClosed({ message: "the conversation is closed" })))
             } else if (command.deadline < now) {
-              command.done(Exit.fail(databaseUnavailable()))
+              command.done(Exit.fail(lateFailure(command)))
             } else {
               drafts.push(draft)
               if (key !== null) newKeys.set(key, draft.id)
@@ -211,7 +226,7 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
           ) {
             command.done(Exit.succeed({ changed: false }))
           } else if (command.deadline < now) {
-            command.done(Exit.fail(databaseUnavailable()))
+            command.done(Exit.fail(lateFailure(command)))
           } else {
             drafts.push(statusEvent(command.status, command.reason))
             status = command.status
@@ -353,7 +368,12 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
       append: <E = never>(request: AppendRequest, within?: AnswerWithin<E>) =>
         Effect.uninterruptibleMask((restore) =>
           Effect.suspend(() => {
-            const command = (done: AppendDone): Command => ({ _tag: "Append", ...request, done })
+            const command = (done: AppendDone): Command => ({
+              _tag: "Append",
+              ...request,
+              arrivedLate: request.deadline < Date.now(),
+              done
+            })
             if (within === undefined) return restore(submit(command))
             if (busy || inbox.length > 0) return restore(submitWithin(command, within))
             // The turn is taken in the same step as the check, and released by the round whatever
@@ -363,7 +383,7 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
           })
         ),
       setStatus: (request: StatusRequest) =>
-        submit((done: StatusDone): Command => ({ _tag: "SetStatus", ...request, done })),
+        submit((done: StatusDone): Command => ({ _tag: "SetStatus", ...request, arrivedLate: request.deadline < Date.now(), done })),
       subscribe,
       /** Whether a stream is open on this core (then it is kept however idle it is). */
       hasSubscribers: () => subscribers > 0

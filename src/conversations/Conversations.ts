@@ -6,6 +6,7 @@ import { orUnavailable } from "../db/SqlFailure.js"
 import type { Activity, ActivityDraft } from "../domain/Activity.js"
 import {
   BadRequest,
+  clusterUnavailable,
   databaseUnavailable,
   InvalidMessage,
   InvalidWatermark,
@@ -18,13 +19,6 @@ import { ActivityStore } from "./ActivityStore.js"
 import { ConversationRepo, type ListFilter } from "./ConversationRepo.js"
 import { ANSWER_TIMEOUT_MS, WRITE_DEADLINE_MS, WRITE_SETTLED_AFTER_MS } from "./WriteTimings.js"
 
-
-const clusterUnavailable = () =>
-  new Unavailable({
-    message: "the conversation is moving between nodes, retry later",
-    reason: "cluster_unavailable",
-    retry_after_ms: 1000 + Math.floor(Math.random() * 1000)
-  })
 
 /** A guard for the errors among `E` with one of these tags. */
 const tagged = <const T extends string>(...tags: ReadonlyArray<T>) =>

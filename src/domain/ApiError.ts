@@ -178,6 +178,14 @@ export class Unavailable extends Schema.TaggedError<Unavailable>()("Unavailable"
   }
 }
 
+/** 503 while a conversation moves between nodes (or its owner is lost): retry after about a second. */
+export const clusterUnavailable = () =>
+  new Unavailable({
+    message: "the conversation is moving between nodes, retry later",
+    reason: "cluster_unavailable",
+    retry_after_ms: 1000 + Math.floor(Math.random() * 1000)
+  })
+
 /** 503 for a failed database call: retry after about a second (jittered up to twice that). */
 export const databaseUnavailable = () =>
   new Unavailable({
