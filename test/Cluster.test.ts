@@ -179,7 +179,7 @@ describe.skipIf(serverUrl === undefined)("cluster", () => {
         yield* Effect.addFinalizer(() => Effect.sync(() => owner.child.kill("SIGCONT")))
         yield* Effect.promise(() => holder.query("COMMIT"))
         const stored = yield* Effect.promise(() =>
-          holder.query("SELECT id, seq FROM activities WHERE conversation_id = $1 AND idempotency_key = 'held'", [conversationId])
+          holder.query<{ id: string; seq: string }>("SELECT id, seq FROM activities WHERE conversation_id = $1 AND idempotency_key = 'held'", [conversationId])
         ).pipe(
           Effect.filterOrFail((result) => result.rows.length === 1, () => "not committed yet"),
           Effect.retry(Schedule.spaced("50 millis").pipe(Schedule.upTo("2 seconds"))),
@@ -190,8 +190,8 @@ describe.skipIf(serverUrl === undefined)("cluster", () => {
         const retry = yield* post.pipe(Effect.fork)
         for (const reply of [yield* Fiber.join(answer), yield* Fiber.join(retry)]) {
           expect(reply.status).toBe(201)
-          expect(reply.body.data.id).toBe(stored.rows[0].id)
-          expect(reply.body.data.seq).toBe(Number(stored.rows[0].seq))
+          expect(reply.body.data.id).toBe(stored.rows[0]!.id)
+          expect(reply.body.data.seq).toBe(Number(stored.rows[0]!.seq))
         }
       }).pipe(Effect.scoped), { timeout: 120_000 })
 
