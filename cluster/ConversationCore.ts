@@ -2,7 +2,7 @@ import { Data, Effect, Either, Exit, Option, PubSub, Stream } from "effect"
 import { answerWithin, awaitReply, type Reply } from "../src/concurrency/WorkQueue.js"
 import { ActivityStore, type PlannedDelivery } from "../src/conversations/ActivityStore.js"
 import { isOutcomeUnknown } from "../src/db/SqlErrors.js"
-import { inSeqOrder, livePubSub, type ReadAfter, storedBetween } from "../src/conversations/SeqFollower.js"
+import { inSeqOrder, livePubSub } from "../src/conversations/SeqFollower.js"
 import { type ConversationState, ConversationStateRepo } from "../src/conversations/ConversationState.js"
 import type { Activity, ActivityDraft } from "../src/domain/Activity.js"
 import { clusterUnavailable, ConversationClosed, databaseUnavailable, NotFound, type Unavailable } from "../src/domain/ApiError.js"
@@ -357,8 +357,12 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
       Stream.unwrapScoped(Effect.gen(function*() {
         yield* Effect.acquireRelease(Effect.sync(() => subscribers++), () => Effect.sync(() => subscribers--))
         const subscription = yield* PubSub.subscribe(yield* liveFeed)
-        const read: ReadAfter<unknown> = (after, limit) => store.readAfter(conversationId, after, limit)
-        return inSeqOrder(fromSeq, storedBetween(read, REPLAY_PAGE, fromSeq), Stream.fromQueue(subscription), read, REPLAY_PAGE).pipe(
+        return inSeqOrder({
+          fromSeq,
+          live: Stream.fromQueue(subscription),
+          read: (after, limit) => store.readAfter(conversationId, after, limit),
+          page: REPLAY_PAGE
+        }).pipe(
           Stream.catchAll(() => Stream.fail(databaseUnavailable()))
         )
       }))

@@ -25,25 +25,27 @@ export const storedBetween = <E>(read: ReadAfter<E>, page: number, after: number
     ))
 
 /**
- * Every activity with seq above `fromSeq`, each once and in seq order: `stored` first, then `live`.
- * A live activity past the next expected seq (its predecessors were dropped for a slow listener,
- * or published before the subscription) is preceded by the missing ones, read from the table.
+ * Every activity with seq above `fromSeq`, each once and in seq order: the stored ones (below
+ * `storedBelow`, when the live feed covers the rest), then `live`. A live activity past the next
+ * expected seq (its predecessors were dropped for a slow listener, or published before the
+ * subscription) is preceded by the missing ones, read from the table.
  */
-export const inSeqOrder = <E, E2>(
-  fromSeq: number,
-  stored: Stream.Stream<Activity, E>,
-  live: Stream.Stream<Activity>,
-  read: ReadAfter<E2>,
-  page: number
-): Stream.Stream<Activity, E | E2> => {
-  let last = fromSeq
-  const next = (activity: Activity): Stream.Stream<Activity, E2> =>
+export const inSeqOrder = <E>(options: {
+  readonly fromSeq: number
+  readonly storedBelow?: number
+  readonly live: Stream.Stream<Activity>
+  readonly read: ReadAfter<E>
+  readonly page: number
+}): Stream.Stream<Activity, E> => {
+  const { live, page, read } = options
+  let last = options.fromSeq
+  const next = (activity: Activity): Stream.Stream<Activity, E> =>
     activity.seq <= last
       ? Stream.empty
       : activity.seq === last + 1
       ? Stream.succeed(activity)
       : Stream.concat(storedBetween(read, page, last, activity.seq), Stream.succeed(activity))
-  return Stream.concat(stored, live).pipe(
+  return Stream.concat(storedBetween(read, page, options.fromSeq, options.storedBelow), live).pipe(
     Stream.flatMap((activity) => Stream.suspend(() => next(activity))),
     Stream.tap((activity) => Effect.sync(() => (last = activity.seq)))
   )

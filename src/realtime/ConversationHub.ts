@@ -151,9 +151,8 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
         const topic = yield* Effect.acquireRelease(acquire(conversationId), () => release(conversationId))
         const live = yield* PubSub.subscribe(topic.pubsub)
         const upTo = yield* Ref.get(topic.last)
-        const read = readOf(conversationId)
         // Stored up to what the topic had published when subscribed; live from there on.
-        return inSeqOrder(fromSeq, storedBetween(read, PAGE, fromSeq, upTo + 1), Stream.fromQueue(live), read, PAGE)
+        return inSeqOrder({ fromSeq, storedBelow: upTo + 1, live: Stream.fromQueue(live), read: readOf(conversationId), page: PAGE })
       })).pipe(Stream.catchAll(() => Stream.fail(databaseUnavailable())))
 
     return { subscribe } as const
