@@ -137,107 +137,88 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
         return answerWithin(read, deadline - Date.now(), databaseUnavailable)
       })
 
+    /** Reads the conversation's state from the database and keeps it. */
     const loadState = (commands: ReadonlyArray<Command>) =>
-      Effect.suspend(() =>
-        state !== undefined
-          ? Effect.succeed(Option.some(state))
-          : readFor(commands, states.load(conversationId)).pipe(Effect.tap(Option.match({
-            onNone: () => Effect.void,
-            onSome: (loaded) => Effect.sync(() => (state = loaded))
-          })))
-      )
+      readFor(commands, states.load(conversationId)).pipe(Effect.tap(Option.match({
+        onNone: () => Effect.void,
+        onSome: (loaded) => Effect.sync(() => (state = loaded))
+      })))
 
     const failAll = (commands: ReadonlyArray<Command>, error: NotFound | Unavailable | Moved) =>
       Effect.sync(() => {
         for (const command of commands) (command.done as StatusDone)(Exit.fail(error))
       })
 
-    const round = (commands: ReadonlyArray<Command>, attempt: number): Effect.Effect<void> =>
-      Effect.gen(function*() {
-        if (!isOwned()) {
-          state = undefined
-          return yield* failAll(commands, new Moved())
-        }
-        // Decisions that write nothing cannot meet the write's head check, so they are not taken
-        // on a cached state: a closed conversation may have been reopened through another owner
-        // meanwhile, and a status change may already be the conversation's status there.
-        if (state !== undefined && (state.status === "closed" || commands.some((c) => c._tag === "SetStatus"))) {
-          state = undefined
-        }
-        const loaded = yield* Effect.either(loadState(commands))
-        if (Either.isLeft(loaded)) return yield* failAll(commands, databaseUnavailable())
-        if (Option.isNone(loaded.right)) {
-          return yield* failAll(commands, new NotFound({ message: `conversation ${conversationId} not found` }))
-        }
-        const current = loaded.right.value
+    /**
+     * What a round does with its commands, given the conversation as loaded and what of them is
+     * stored already: answers those it can at once, and collects the drafts to write as one group
+     * with the commands waiting for them.
+     */
+    const decide = (commands: ReadonlyArray<Command>, current: ConversationState, existing: ReadonlyArray<Activity>, now: number) => {
+      const byId = new Map<string, Activity>()
+      const byKey = new Map<string, Activity>()
+      for (const activity of existing) {
+        byId.set(activity.id, activity)
+        if (activity.idempotency_key !== null) byKey.set(activity.idempotency_key, activity)
+      }
+      const drafts: Array<ActivityDraft> = []
+      const waiting: Array<readonly [Command, string | null]> = []
+      const newKeys = new Map<string, string>()
+      let status = current.status
+      let statusChange: "active" | "closed" | null = null
+      // The group is written only while every command in it may still be.
+      let deadline = Infinity
 
-        // The first attempt on an open conversation writes without looking: the write refuses a group
-        // whose key is stored (KeyTaken) or whose draft id is (a crash re-send), and the retry looks
-        // both up. A conversation that is or may become closed in this round writes no append, so a
-        // repeat there is looked up at once.
-        // A command past its deadline is looked up too: a redelivery after its owner crashed may find
-        // its draft committed by that owner, and then the answer is the activity, not a 503.
-        const now = Date.now()
-        const lookUp = attempt > 0 || current.status === "closed" ||
-          commands.some((c) => c._tag === "SetStatus" || c.deadline < now)
-        const appends = lookUp ? commands.flatMap((c) => (c._tag === "Append" ? [c.draft] : [])) : []
-        const keys = appends.flatMap((d) => (d.idempotency_key === null ? [] : [d.idempotency_key]))
-        const ids = appends.map((d) => d.id)
-        const existing = appends.length > 0
-          ? yield* Effect.either(readFor(commands, store.findExisting(conversationId, ids, keys)))
-          : Either.right([])
-        if (Either.isLeft(existing)) return yield* failAll(commands, databaseUnavailable())
-        const byId = new Map(existing.right.map((a) => [a.id, a]))
-        const byKey = new Map(existing.right.flatMap((a) => (a.idempotency_key === null ? [] : [[a.idempotency_key, a]])))
-
-        const drafts: Array<ActivityDraft> = []
-        const waiting: Array<readonly [Command, string | null]> = []
-        const newKeys = new Map<string, string>()
-        let status = current.status
-        let statusChange: "active" | "closed" | null = null
-        // The group is written only while every command in it may still be.
-        let deadline = Infinity
-
-        for (const command of commands) {
-          if (command.tenantId !== current.tenant_id) {
-            ;(command.done as StatusDone)(Exit.fail(new NotFound({ message: `conversation ${conversationId} not found` })))
-            continue
-          }
-          if (command._tag === "Append") {
-            const { draft } = command
-            const key = draft.idempotency_key
-            const known = byId.get(draft.id) ?? (key === null ? undefined : byKey.get(key))
-            if (known !== undefined) command.done(Exit.succeed(known))
-            else if (key !== null && newKeys.has(key)) waiting.push([command, newKeys.get(key)!])
-            else if (status === "closed") {
-              command.done(Exit.fail(new ConversationClosed({ message: "the conversation is closed" })))
-            } else if (command.deadline < now) {
-              command.done(Exit.fail(lateFailure(command)))
-            } else {
-              drafts.push(draft)
-              if (key !== null) newKeys.set(key, draft.id)
-              waiting.push([command, draft.id])
-              deadline = Math.min(deadline, command.deadline)
-            }
-          } else if (
-            command.status === status ||
-            // An expiry is void once anything happened since its idle mark, in this round too.
-            (command.idleSince !== null && (drafts.length > 0 || Date.parse(current.updated_at) > Date.parse(command.idleSince)))
-          ) {
-            command.done(Exit.succeed({ changed: false }))
+      for (const command of commands) {
+        if (command.tenantId !== current.tenant_id) {
+          ;(command.done as StatusDone)(Exit.fail(new NotFound({ message: `conversation ${conversationId} not found` })))
+          continue
+        }
+        if (command._tag === "Append") {
+          const { draft } = command
+          const key = draft.idempotency_key
+          const known = byId.get(draft.id) ?? (key === null ? undefined : byKey.get(key))
+          if (known !== undefined) command.done(Exit.succeed(known))
+          else if (key !== null && newKeys.has(key)) waiting.push([command, newKeys.get(key)!])
+          else if (status === "closed") {
+            command.done(Exit.fail(new ConversationClosed({ message: "the conversation is closed" })))
           } else if (command.deadline < now) {
             command.done(Exit.fail(lateFailure(command)))
           } else {
-            drafts.push(statusEvent(command.status, command.reason))
-            status = command.status
-            statusChange = status
-            waiting.push([command, null])
+            drafts.push(draft)
+            if (key !== null) newKeys.set(key, draft.id)
+            waiting.push([command, draft.id])
             deadline = Math.min(deadline, command.deadline)
           }
+        } else if (
+          command.status === status ||
+          // An expiry is void once anything happened since its idle mark, in this round too.
+          (command.idleSince !== null && (drafts.length > 0 || Date.parse(current.updated_at) > Date.parse(command.idleSince)))
+        ) {
+          command.done(Exit.succeed({ changed: false }))
+        } else if (command.deadline < now) {
+          command.done(Exit.fail(lateFailure(command)))
+        } else {
+          drafts.push(statusEvent(command.status, command.reason))
+          status = command.status
+          statusChange = status
+          waiting.push([command, null])
+          deadline = Math.min(deadline, command.deadline)
         }
-        if (drafts.length === 0) return
+      }
+      return { drafts, waiting, status, statusChange, deadline }
+    }
 
-        const written = yield* Effect.either(store.write({
+    /** Writes what `decide` collected and answers the commands waiting for it. */
+    const writeDecided = (
+      current: ConversationState,
+      decided: ReturnType<typeof decide>,
+      attempt: number
+    ): Effect.Effect<void> => {
+      const { deadline, drafts, status, statusChange, waiting } = decided
+      if (drafts.length === 0) return Effect.void
+      return Effect.flatMap(
+        Effect.either(store.write({
           conversationId,
           tenantId: current.tenant_id,
           oldHead: current.head_seq,
@@ -245,32 +226,79 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
           deliveries: planDeliveries(current, drafts),
           status: statusChange,
           deadline
-        }))
-        if (Either.isLeft(written)) {
+        })),
+        (written): Effect.Effect<void> => {
+          if (Either.isLeft(written)) {
+            state = undefined
+            const pending = waiting.map(([command]) => command)
+            if ((written.left._tag === "SeqTaken" || written.left._tag === "KeyTaken") && attempt < MAX_CONFLICT_RETRIES) {
+              return round(pending, attempt + 1)
+            }
+            // A write that may have committed: appends are settled by their callers; a status change
+            // is idempotent, so its 503 is safe to retry.
+            const open = written.left._tag === "WriteFailed" && isOutcomeUnknown(written.left.cause)
+            for (const command of pending) {
+              if (command._tag === "Append" && open) command.done(Exit.fail(new WriteOutcomeUnknown()))
+              else (command.done as StatusDone)(Exit.fail(databaseUnavailable()))
+            }
+            return Effect.void
+          }
+          const inserted = written.right
+          const last = inserted[inserted.length - 1]!
+          state = { ...current, head_seq: last.seq, status, updated_at: last.inserted_at }
+          const answer = Effect.sync(() => {
+            const byNewId = new Map(inserted.map((a) => [a.id, a]))
+            for (const [command, id] of waiting) {
+              if (command._tag === "Append") command.done(Exit.succeed(byNewId.get(id!)!))
+              else command.done(Exit.succeed({ changed: true }))
+            }
+          })
+          // With no stream open nobody is subscribed: publishing would only cost.
+          return subscribers > 0 && live !== undefined ? Effect.zipRight(PubSub.publishAll(live, inserted), answer) : answer
+        }
+      )
+    }
+
+    /** Decides on the conversation as loaded, looking up first what may be stored already, and writes. */
+    const decideAndWrite = (commands: ReadonlyArray<Command>, current: ConversationState, attempt: number) => {
+      // The first attempt on an open conversation writes without looking: the write refuses a group
+      // whose key is stored (KeyTaken) or whose draft id is (a crash re-send), and the retry looks
+      // both up. A conversation that is or may become closed in this round writes no append, so a
+      // repeat there is looked up at once.
+      // A command past its deadline is looked up too: a redelivery after its owner crashed may find
+      // its draft committed by that owner, and then the answer is the activity, not a 503.
+      const now = Date.now()
+      const lookUp = attempt > 0 || current.status === "closed" ||
+        commands.some((c) => c._tag === "SetStatus" || c.deadline < now)
+      const appends = lookUp ? commands.flatMap((c) => (c._tag === "Append" ? [c.draft] : [])) : []
+      if (appends.length === 0) return writeDecided(current, decide(commands, current, [], now), attempt)
+      const keys = appends.flatMap((d) => (d.idempotency_key === null ? [] : [d.idempotency_key]))
+      const ids = appends.map((d) => d.id)
+      return Effect.flatMap(Effect.either(readFor(commands, store.findExisting(conversationId, ids, keys))), (existing) =>
+        Either.isLeft(existing)
+          ? failAll(commands, databaseUnavailable())
+          : writeDecided(current, decide(commands, current, existing.right, now), attempt))
+    }
+
+    const round = (commands: ReadonlyArray<Command>, attempt: number): Effect.Effect<void> =>
+      Effect.suspend(() => {
+        if (!isOwned()) {
           state = undefined
-          const pending = waiting.map(([command]) => command)
-          if ((written.left._tag === "SeqTaken" || written.left._tag === "KeyTaken") && attempt < MAX_CONFLICT_RETRIES) {
-            return yield* round(pending, attempt + 1)
-          }
-          // A write that may have committed: appends are settled by their callers; a status change
-          // is idempotent, so its 503 is safe to retry.
-          const open = written.left._tag === "WriteFailed" && isOutcomeUnknown(written.left.cause)
-          for (const command of pending) {
-            if (command._tag === "Append" && open) command.done(Exit.fail(new WriteOutcomeUnknown()))
-            else (command.done as StatusDone)(Exit.fail(databaseUnavailable()))
-          }
-          return
+          return failAll(commands, new Moved())
         }
-        const inserted = written.right
-        const last = inserted[inserted.length - 1]!
-        state = { ...current, head_seq: last.seq, status, updated_at: last.inserted_at }
-        // With no stream open nobody is subscribed: publishing would only cost.
-        if (subscribers > 0 && live !== undefined) yield* PubSub.publishAll(live, inserted)
-        const byNewId = new Map(inserted.map((a) => [a.id, a]))
-        for (const [command, id] of waiting) {
-          if (command._tag === "Append") command.done(Exit.succeed(byNewId.get(id!)!))
-          else command.done(Exit.succeed({ changed: true }))
+        // Decisions that write nothing cannot meet the write's head check, so they are not taken
+        // on a cached state: a closed conversation may have been reopened through another owner
+        // meanwhile, and a status change may already be the conversation's status there.
+        if (state !== undefined && (state.status === "closed" || commands.some((c) => c._tag === "SetStatus"))) {
+          state = undefined
         }
+        if (state !== undefined) return decideAndWrite(commands, state, attempt)
+        return Effect.flatMap(Effect.either(loadState(commands)), (loaded) =>
+          Either.isLeft(loaded)
+            ? failAll(commands, databaseUnavailable())
+            : Option.isNone(loaded.right)
+            ? failAll(commands, new NotFound({ message: `conversation ${conversationId} not found` }))
+            : decideAndWrite(commands, loaded.right.value, attempt))
       })
 
     /**

@@ -1,4 +1,4 @@
-import { EntityId, Sharding } from "@effect/cluster"
+import { EntityId, Sharding, type ShardId } from "@effect/cluster"
 import { Duration, Effect, ExecutionStrategy, Exit, Schedule, Scope } from "effect"
 import { ActivityStore } from "../src/conversations/ActivityStore.js"
 import { ConversationStateRepo } from "../src/conversations/ConversationState.js"
@@ -10,6 +10,7 @@ const SWEEP_EVERY = Duration.minutes(1)
 
 interface Running {
   readonly core: ConversationCore
+  readonly shardId: ShardId.ShardId
   readonly scope: Scope.CloseableScope
   lastUsed: number
 }
@@ -29,9 +30,11 @@ export class ConversationCores extends Effect.Service<ConversationCores>()("parl
     const running = new Map<string, Running>()
     const creating = yield* Effect.makeSemaphore(1)
 
-    /** True while this node owns the conversation's shard. */
+    const shardOf = (conversationId: string) => sharding.getShardId(EntityId.make(conversationId), "default")
+
+    /** True while this node owns the conversation's shard (a running core knows its shard: no hashing). */
     const isOwned = (conversationId: string) =>
-      sharding.hasShardId(sharding.getShardId(EntityId.make(conversationId), "default"))
+      sharding.hasShardId(running.get(conversationId)?.shardId ?? shardOf(conversationId))
 
     const existing = (conversationId: string) => {
       const entry = running.get(conversationId)
@@ -49,12 +52,13 @@ export class ConversationCores extends Effect.Service<ConversationCores>()("parl
             if (raced !== undefined) return Effect.succeed(raced)
             return Effect.gen(function*() {
               const child = yield* Scope.fork(scope, ExecutionStrategy.sequential)
-              const core = yield* makeConversationCore(conversationId, () => isOwned(conversationId)).pipe(
+              const shardId = shardOf(conversationId)
+              const core = yield* makeConversationCore(conversationId, () => sharding.hasShardId(shardId)).pipe(
                 Scope.extend(child),
                 Effect.provideService(ActivityStore, store),
                 Effect.provideService(ConversationStateRepo, states)
               )
-              running.set(conversationId, { core, scope: child, lastUsed: Date.now() })
+              running.set(conversationId, { core, shardId, scope: child, lastUsed: Date.now() })
               return core
             })
           })

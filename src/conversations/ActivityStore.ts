@@ -7,7 +7,7 @@ import { writerClient } from "../db/Database.js"
 import { prepared } from "../db/PreparedStatements.js"
 import { isDataException, isUniqueViolation } from "../db/SqlErrors.js"
 import type { Activity, ActivityDraft } from "../domain/Activity.js"
-import { redactSensitive } from "../domain/Redaction.js"
+import { isSensitiveKey, REDACTED, redactSensitive } from "../domain/Redaction.js"
 import { Metrics } from "../ops/Metrics.js"
 import { ACTIVITY_COLUMNS, ActivityFromRow } from "./ActivityRows.js"
 import { WRITE_CONNECT_TIMEOUT_MS, WRITE_QUERY_TIMEOUT_MS, WRITE_STATEMENT_TIMEOUT_MS } from "./WriteTimings.js"
@@ -84,6 +84,19 @@ const storedActivity = (draft: ActivityDraft, seq: number, group: WriteGroup, in
   inserted_at: insertedAt
 })
 
+// An activity's own field names are fixed, so which of them hide their value is decided once;
+// only the free-form fields are walked.
+const HIDDEN_FIELDS = ACTIVITY_COLUMNS.split(", ").filter(isSensitiveKey) as ReadonlyArray<keyof Activity>
+const FREE_FORM_FIELDS = ["attachments", "metadata", "payload"] as const
+
+/** `redactSensitive(activity)`, without looking at the names of the activity's own fields. */
+const redactedActivity = (activity: Activity): Record<string, unknown> => {
+  const out: Record<string, unknown> = { ...activity }
+  for (const field of FREE_FORM_FIELDS) out[field] = redactSensitive(activity[field])
+  for (const field of HIDDEN_FIELDS) if (out[field] !== null) out[field] = REDACTED
+  return out
+}
+
 /**
  * The node's activity writer. Appends from every conversation entity on this node are written
  * together, one multi-row statement per batch (group commit): a round trip per batch, not per
@@ -141,7 +154,7 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
               activity_id: d.activityId,
               conversation_id: g.conversationId,
               channel_id: d.channelId,
-              payload: redactSensitive(storedActivity(g.activities[i]!, g.oldHead + 1 + i, g, ""))
+              payload: redactedActivity(storedActivity(g.activities[i]!, g.oldHead + 1 + i, g, ""))
             }
           })
         )

@@ -103,7 +103,8 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
      * core reports moved meanwhile, go through the cluster.
      */
     const appendTo = (conversationId: string, request: AppendRequest) => {
-      const viaCluster = entity(conversationId).Append(request).pipe(
+      // Built only when taken: most appends go to a local core.
+      const viaCluster = Effect.suspend(() => entity(conversationId).Append(request)).pipe(
         // Bounded like every cluster call, but an append left without its answer is settled, not guessed.
         Effect.timeoutFail({ duration: ANSWER_TIMEOUT_MS, onTimeout: () => new Unanswered() }),
         Effect.catchIf(isRefused, () => Effect.fail(clusterUnavailable())),

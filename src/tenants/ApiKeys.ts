@@ -3,7 +3,7 @@ import { SqlError } from "@effect/sql/SqlError"
 import { Effect, Option, Schema } from "effect"
 import type { Actor } from "../auth/Actor.js"
 import { actorLabel } from "../auth/Actor.js"
-import { generateCredential, hashCredential } from "../auth/Credential.js"
+import { generateCredential, hashCredential, hashCredentialHex } from "../auth/Credential.js"
 import { AuditLog } from "../db/AuditLog.js"
 import { makeBatcher } from "../db/Batcher.js"
 import { prepared } from "../db/PreparedStatements.js"
@@ -38,13 +38,13 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
     const decodeAuthRows = Schema.decodeUnknown(Schema.Array(AuthRow))
 
     /** Looks up many presented keys in one query; the answer for each is its row if valid now. */
-    const findAuth = (hashes: ReadonlyArray<Buffer>) =>
+    const findAuth = (hashes: ReadonlyArray<string>) =>
       Effect.gen(function*() {
         const rows = yield* sql`${sql.literal(prepared("authenticate_keys"))}
           SELECT encode(k.key_hash, 'hex') AS hash, k.id, k.tenant_id, k.kind, k.scopes,
                  (k.last_used_at IS NULL OR k.last_used_at < now() - interval '1 minute') AS stale
           FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
-          WHERE k.key_hash IN (SELECT decode(h, 'hex') FROM UNNEST(${hashes.map((h) => h.toString("hex"))}::text[]) AS h)
+          WHERE k.key_hash IN (SELECT decode(h, 'hex') FROM UNNEST(${hashes}::text[]) AS h)
             AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now()) AND t.status = 'active'`
         const found = yield* decodeAuthRows(rows).pipe(Effect.orDie)
         const stale = [...new Set(found.filter((row) => row.stale).map((row) => row.id))]
@@ -54,7 +54,7 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
                      WHERE id IN (SELECT id FROM api_keys WHERE id = ANY(${stale}::uuid[]) FOR UPDATE SKIP LOCKED)`
         }
         const byHash = new Map(found.map((row) => [row.hash, row]))
-        return hashes.map((hash) => Option.fromNullable(byHash.get(hash.toString("hex"))))
+        return hashes.map((hash) => Option.fromNullable(byHash.get(hash)))
       })
 
     // Every request of the tenant API authenticates: the requests that arrive while one lookup
@@ -68,7 +68,7 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
 
     /** The key's identity when it is valid now; `last_used_at` is written at most once a minute. */
     const authenticate = (raw: string) =>
-      lookUp(hashCredential(raw)).pipe(
+      lookUp(hashCredentialHex(raw)).pipe(
         Effect.map(Option.map((row): AuthenticatedKey => ({
           id: row.id,
           tenantId: row.tenant_id,
