@@ -26,7 +26,6 @@ export const ConversationExpiryLive = Layer.unwrapEffect(
           const cutoff = new Date(cutoffMs).toISOString()
           // The index holds the minute of `updated_at` (migration 0003); the exact time is checked after.
           const cutoffMinute = Math.floor(cutoffMs / 60_000)
-          let closed = 0
           while (true) {
             let closedNow = 0
             const idle = yield* sql<{ id: string; tenant_id: string }>`
@@ -43,11 +42,11 @@ export const ConversationExpiryLive = Layer.unwrapEffect(
               }).pipe(Effect.timeout(CALL_TIMEOUT), Effect.either)
               if (result._tag === "Right" && result.right.changed) closedNow++
             }
+            // Per page: a sweep cut short (its node stopping, the singleton moving) still says what it did.
+            if (closedNow > 0) yield* Effect.logInfo("idle conversations closed").pipe(Effect.annotateLogs("count", closedNow))
             // A conversation that could not be closed now is retried at the next check.
-            closed += closedNow
             if (idle.length < PAGE || closedNow === 0) break
           }
-          if (closed > 0) yield* Effect.logInfo("idle conversations closed").pipe(Effect.annotateLogs("count", closed))
         })
         yield* sweep.pipe(
           Effect.catchAllCause((cause) => Effect.logWarning("conversation expiry check failed", cause)),

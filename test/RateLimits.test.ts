@@ -1,5 +1,7 @@
 import { expect, layer } from "@effect/vitest"
-import { Effect } from "effect"
+import { ConfigProvider, Context, Effect, Layer } from "effect"
+import { AppConfig } from "../src/config/AppConfig.js"
+import { Metrics } from "../src/ops/Metrics.js"
 import { pruneCounters, RateLimiter } from "../src/ratelimit/RateLimiter.js"
 import { query } from "./support/TestDatabase.js"
 import { tenantApi, tenantWithConversation } from "./support/Fixtures.js"
@@ -10,6 +12,10 @@ const RATE_LIMITS = {
   token_create: { limit: 2, scale_ms: 60000 },
   login_account: { limit: 5, scale_ms: 86_400_000 }
 }
+
+/** The configuration of a node with these installation limits. */
+const configOf = (limits: object) =>
+  AppConfig.Default.pipe(Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(new Map([["RATE_LIMITS", JSON.stringify(limits)]])))))
 
 layer(TestNodeLive({ RATE_LIMITS: JSON.stringify(RATE_LIMITS) }), {
   excludeTestServices: true
@@ -96,13 +102,32 @@ layer(TestNodeLive({ RATE_LIMITS: JSON.stringify(RATE_LIMITS) }), {
       // Several syncs (every 100 ms) later the row is the same version.
       yield* Effect.sleep("500 millis")
       expect(yield* version).toEqual(before)
-      // Another node's count is still learned: the local view follows the table.
+      // Another node's count is still learned before the next decision: the sum reaches the limit.
       yield* query(
-        "UPDATE rate_limit_counters SET count = 5 WHERE bucket = 'login_account' AND key = $1",
+        `INSERT INTO rate_limit_counters (bucket, key, window_start, window_end, node, count)
+         SELECT bucket, key, window_start, window_end, $2, 4 FROM rate_limit_counters WHERE bucket = 'login_account' AND key = $1`,
+        [key, crypto.randomUUID()]
+      )
+      expect((yield* Effect.flip(limiter.consume("login_account", key, null)))._tag).toBe("RateLimited")
+    }))
+
+  it.scoped("each node stores its own absolute count; the limit holds for their sum", () =>
+    Effect.gen(function*() {
+      const here = yield* RateLimiter
+      // A second node's limiter on the same database.
+      const there = Context.get(yield* Layer.build(RateLimiter.Default.pipe(Layer.provide(configOf(RATE_LIMITS)), Layer.provide(Metrics.Default))), RateLimiter)
+      const key = crypto.randomUUID()
+      for (let i = 0; i < 3; i++) yield* here.consume("login_account", key, null)
+      for (let i = 0; i < 2; i++) yield* there.consume("login_account", key, null)
+      yield* Effect.sleep("400 millis")
+      const rows = yield* query<{ count: string }>(
+        "SELECT count FROM rate_limit_counters WHERE bucket = 'login_account' AND key = $1 ORDER BY count",
         [key]
       )
-      yield* Effect.sleep("400 millis")
-      expect((yield* Effect.flip(limiter.consume("login_account", key, null)))._tag).toBe("RateLimited")
+      // Written again at every sync they would still read 2 and 3: a repeated sync adds nothing.
+      expect(rows.map((r) => Number(r.count))).toEqual([2, 3])
+      expect((yield* Effect.flip(here.consume("login_account", key, null)))._tag).toBe("RateLimited")
+      expect((yield* Effect.flip(there.consume("login_account", key, null)))._tag).toBe("RateLimited")
     }))
 
   it.effect("a node that first sees a key late in its window learns what the others counted before deciding", () =>
@@ -113,8 +138,8 @@ layer(TestNodeLive({ RATE_LIMITS: JSON.stringify(RATE_LIMITS) }), {
       const day = RATE_LIMITS.login_account.scale_ms
       const windowStart = Math.floor(Date.now() / day) * day
       yield* query(
-        "INSERT INTO rate_limit_counters (bucket, key, window_start, window_end, count) VALUES ('login_account', $1, $2, $3, 5)",
-        [key, windowStart, windowStart + day]
+        "INSERT INTO rate_limit_counters (bucket, key, window_start, window_end, node, count) VALUES ('login_account', $1, $2, $3, $4, 5)",
+        [key, windowStart, windowStart + day, crypto.randomUUID()]
       )
       // Already the first decision here refuses, and so do the ones made while it was reading.
       const first = yield* Effect.all(
@@ -150,8 +175,8 @@ layer(TestNodeLive({ RATE_LIMITS: JSON.stringify(RATE_LIMITS) }), {
       ]
       for (const [bucket, start, end] of rows) {
         yield* query(
-          "INSERT INTO rate_limit_counters (bucket, key, window_start, window_end, count) VALUES ($1, $2, $3, $4, 1)",
-          [bucket, key, start, end]
+          "INSERT INTO rate_limit_counters (bucket, key, window_start, window_end, node, count) VALUES ($1, $2, $3, $4, $5, 1)",
+          [bucket, key, start, end, crypto.randomUUID()]
         )
       }
       yield* pruneCounters

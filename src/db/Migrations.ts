@@ -7,6 +7,7 @@ import rateLimitCounters from "../../migrations/0002_rate_limit_counters.js"
 import appendPath from "../../migrations/0003_append_path.js"
 import backgroundPurge from "../../migrations/0004_background_purge.js"
 import rateLimitWindowEnd from "../../migrations/0005_rate_limit_window_end.js"
+import rateLimitCountsPerNode from "../../migrations/0006_rate_limit_counts_per_node.js"
 
 /** Every shipped migration, by name; readiness reports any that is not applied. */
 export const migrations = {
@@ -14,7 +15,8 @@ export const migrations = {
   "0002_rate_limit_counters": rateLimitCounters,
   "0003_append_path": appendPath,
   "0004_background_purge": backgroundPurge,
-  "0005_rate_limit_window_end": rateLimitWindowEnd
+  "0005_rate_limit_window_end": rateLimitWindowEnd,
+  "0006_rate_limit_counts_per_node": rateLimitCountsPerNode
 } as const
 
 /**

@@ -17,11 +17,17 @@ interface Slot {
   readonly key: string
   readonly windowStart: number
   readonly windowEnd: number
-  /** Accepted here and not yet added to the shared counter. */
-  unsynced: number
-  /** The cluster's total at the last sync (including what this node had synced). */
-  synced: number
-  /** Set while a slot made late in its window learns the cluster's count; decisions wait for it. */
+  /** Accepted by this node in the window. */
+  local: number
+  /** `local` as the shared table last stored it. */
+  written: number
+  /** What the other nodes had counted at the last read. */
+  others: number
+  /** When the last read of `others` started (`-Infinity`: never read). */
+  readAt: number
+  /** Decided on since the last sync: the next one reads `others`. */
+  used: boolean
+  /** Set while the slot reads `others` before a decision; decisions wait for it. */
   learning: Deferred.Deferred<void> | undefined
 }
 
@@ -40,6 +46,14 @@ const READ_WAIT_MS = 1000
 /** Shared counters are kept this long past their window's end, for nodes whose clocks run behind. */
 const PRUNE_GRACE_MS = 60_000
 
+/** Slots as the parallel arrays a statement unnests. */
+const windowColumns = (slots: ReadonlyArray<Slot>) => ({
+  buckets: slots.map((s) => s.bucket),
+  keys: slots.map((s) => s.key),
+  starts: slots.map((s) => s.windowStart),
+  ends: slots.map((s) => s.windowEnd)
+})
+
 const decodeTenantLimits = Schema.decodeUnknownOption(TenantLimits)
 
 /** Deletes the shared counters of windows that ended (a grace period ago) at the time it runs. */
@@ -50,9 +64,10 @@ export const pruneCounters = Effect.flatMap(SqlClient.SqlClient, (sql) =>
 
 /**
  * Fixed-window rate limits (client-api.md "Limits"), windows aligned to wall-clock time. Each node
- * decides from the cluster-wide count it last saw plus what it accepted since, and adds its own
- * count to a shared table every `RATE_LIMIT_SYNC_MS`; so a burst overshoots by at most what the
- * other nodes accept within one interval.
+ * decides from what it accepted in the window plus what the other nodes had counted when it last
+ * looked, and every `RATE_LIMIT_SYNC_MS` writes its own count to a shared table (one row per node
+ * and window) and reads the others' for the windows it used since; so a burst overshoots by at most
+ * what the other nodes accept within one interval.
  */
 export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimiter", {
   scoped: Effect.gen(function*() {
@@ -72,6 +87,10 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
     const tenantLimits = new Map<string, { readonly at: number; readonly limits: Overrides }>()
     const reading = new Map<string, Deferred.Deferred<Overrides>>()
     const scope = yield* Effect.scope
+    // This node's rows in the shared table; a restarted node counts as a new one (its old rows still count).
+    const node = crypto.randomUUID()
+    // When the last sync started; a slot last read before that was not read by it.
+    let lastSyncAt = 0
 
     /**
      * Reads the tenant's overrides. When the database does not answer in time the last ones read
@@ -120,7 +139,8 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
 
     /** Accepts the event if the window has room, or fails with the time left in it. */
     const decide = (slot: Slot, limit: number) => {
-      if (slot.synced + slot.unsynced >= limit) {
+      slot.used = true
+      if (slot.local + slot.others >= limit) {
         rejections.inc({ bucket: slot.bucket })
         return Effect.fail(
           new RateLimited({
@@ -129,29 +149,33 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
           })
         )
       }
-      slot.unsynced += 1
+      slot.local += 1
       return Effect.void
     }
 
     /** What the other nodes have counted in the slot's window so far. */
     const learn = (slot: Slot, learned: Deferred.Deferred<void>) =>
-      sql<{ count: string }>`
-        SELECT count FROM rate_limit_counters
+      sql<{ others: string }>`
+        SELECT COALESCE(sum(count), 0) AS others FROM rate_limit_counters
         WHERE bucket = ${slot.bucket} AND key = ${slot.key}
-          AND window_start = ${slot.windowStart} AND window_end = ${slot.windowEnd}`.pipe(
-        Effect.tap((rows) => Effect.sync(() => (slot.synced = Math.max(slot.synced, Number(rows[0]?.count ?? 0))))),
+          AND window_start = ${slot.windowStart} AND window_end = ${slot.windowEnd} AND node <> ${node}`.pipe(
+        Effect.tap((rows) => Effect.sync(() => (slot.others = Math.max(slot.others, Number(rows[0]?.others ?? 0))))),
         Effect.timeout(READ_WAIT_MS),
         Effect.catchAllCause((cause) => Effect.logWarning("rate limit count could not be read; deciding locally", cause)),
-        Effect.ensuring(Effect.sync(() => (slot.learning = undefined))),
+        // Looked at, read or not: a failed read is not tried again before the next sync succeeds.
+        Effect.ensuring(Effect.sync(() => {
+          slot.readAt = Date.now()
+          slot.learning = undefined
+        })),
         Effect.ensuring(Deferred.done(learned, Exit.void)),
         Effect.forkIn(scope)
       )
 
     /**
-     * Counts one event in the window, or fails with the time left in it. A node that first sees a
-     * key after its window has run for a sync interval learns the cluster's count before deciding:
-     * other nodes may have filled the window long before, and waiting for the next sync would let a
-     * whole limit through again.
+     * Counts one event in the window, or fails with the time left in it. A slot the last sync did
+     * not read (new to this node, or unused for a while) learns the other nodes' count before
+     * deciding, once its window has run for a sync interval: they may have filled the window long
+     * before, and waiting for the next sync would let a whole limit through again.
      */
     const count = (bucket: Bucket, key: string, window: Window): Effect.Effect<void, RateLimited> => {
       const now = Date.now()
@@ -160,20 +184,19 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
       const id = slotId(bucket, key, windowStart, windowEnd)
       let slot = slots.get(id)
       if (slot === undefined) {
-        slot = { bucket, key, windowStart, windowEnd, unsynced: 0, synced: 0, learning: undefined }
+        slot = { bucket, key, windowStart, windowEnd, local: 0, written: 0, others: 0, readAt: -Infinity, used: false, learning: undefined }
         slots.set(id, slot)
-        if (now - windowStart >= config.rateLimitSyncMs) {
-          const learned = Deferred.unsafeMake<void>(FiberId.none)
-          slot.learning = learned
-          const joined = slot
-          return learn(joined, learned).pipe(
-            Effect.zipRight(Deferred.await(learned)),
-            Effect.zipRight(Effect.suspend(() => decide(joined, window.limit)))
-          )
-        }
+      }
+      const joined = slot
+      if (slot.learning === undefined && slot.readAt < lastSyncAt && now - windowStart >= config.rateLimitSyncMs) {
+        const learned = Deferred.unsafeMake<void>(FiberId.none)
+        slot.learning = learned
+        return learn(joined, learned).pipe(
+          Effect.zipRight(Deferred.await(learned)),
+          Effect.zipRight(Effect.suspend(() => decide(joined, window.limit)))
+        )
       }
       if (slot.learning !== undefined) {
-        const joined = slot
         return Effect.zipRight(Deferred.await(slot.learning), Effect.suspend(() => decide(joined, window.limit)))
       }
       return decide(slot, window.limit)
@@ -188,39 +211,51 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
       Effect.flatMap(windowOf(bucket, tenantId), (window) => count(bucket, key, window))
 
     /**
-     * Adds local counts to the shared table and learns the cluster's totals for live windows. Only
-     * windows with new local counts are written; the others are only read (an upsert of nothing would
-     * still leave a dead row version per window and interval).
+     * Writes this node's count of every window it accepted more in, and reads the other nodes'
+     * counts of the windows it decided on since the last sync. Counts are absolute, so a sync whose
+     * answer was lost is simply written again; windows left alone are neither written (no dead row
+     * versions) nor read (a key seen once costs nothing more).
      */
-    const sync = Effect.gen(function*() {
-      const now = Date.now()
-      for (const [id, slot] of slots) if (slot.windowEnd <= now) slots.delete(id)
-      const live = [...slots.values()]
-      if (live.length === 0) return
-      const deltas = live.map((slot) => slot.unsynced)
-      const rows = yield* sql<{ bucket: string; key: string; window_start: string; window_end: string; count: string }>`
-        WITH local AS (
-          SELECT * FROM UNNEST(${live.map((s) => s.bucket)}::text[], ${live.map((s) => s.key)}::text[],
-                               ${live.map((s) => s.windowStart)}::int8[], ${live.map((s) => s.windowEnd)}::int8[],
-                               ${deltas}::int8[])
-                   AS l(bucket, key, window_start, window_end, delta)
-        ), added AS (
-          INSERT INTO rate_limit_counters (bucket, key, window_start, window_end, count)
-          SELECT bucket, key, window_start, window_end, delta FROM local WHERE delta > 0
-          ON CONFLICT (bucket, key, window_start, window_end)
-          DO UPDATE SET count = rate_limit_counters.count + EXCLUDED.count
-          RETURNING bucket, key, window_start, window_end, count
-        )
-        SELECT bucket, key, window_start, window_end, count FROM added
-        UNION ALL
-        SELECT c.bucket, c.key, c.window_start, c.window_end, c.count
-        FROM rate_limit_counters c JOIN local l USING (bucket, key, window_start, window_end)
-        WHERE l.delta = 0`
-      live.forEach((slot, i) => (slot.unsynced -= deltas[i]!))
-      for (const row of rows) {
-        const slot = slots.get(slotId(row.bucket, row.key, row.window_start, row.window_end))
-        if (slot !== undefined) slot.synced = Number(row.count)
+    const sync = Effect.suspend(() => {
+      const startedAt = Date.now()
+      for (const [id, slot] of slots) if (slot.windowEnd <= startedAt) slots.delete(id)
+      const writes: Array<Slot> = []
+      const reads: Array<Slot> = []
+      for (const slot of slots.values()) {
+        if (slot.local > slot.written) writes.push(slot)
+        if (slot.used) reads.push(slot)
+        slot.used = false
       }
+      if (writes.length === 0 && reads.length === 0) return Effect.sync(() => (lastSyncAt = startedAt))
+      const counts = writes.map((slot) => slot.local)
+      const w = windowColumns(writes)
+      const r = windowColumns(reads)
+      return sql<{ bucket: string; key: string; window_start: string; window_end: string; others: string }>`
+        WITH written AS (
+          INSERT INTO rate_limit_counters (bucket, key, window_start, window_end, node, count)
+          SELECT bucket, key, window_start, window_end, ${node}, count
+          FROM UNNEST(${w.buckets}::text[], ${w.keys}::text[], ${w.starts}::int8[], ${w.ends}::int8[], ${counts}::int8[])
+               AS l(bucket, key, window_start, window_end, count)
+          ON CONFLICT (bucket, key, window_start, window_end, node)
+          DO UPDATE SET count = GREATEST(rate_limit_counters.count, EXCLUDED.count)
+        )
+        SELECT c.bucket, c.key, c.window_start, c.window_end, sum(c.count) AS others
+        FROM UNNEST(${r.buckets}::text[], ${r.keys}::text[], ${r.starts}::int8[], ${r.ends}::int8[])
+             AS l(bucket, key, window_start, window_end)
+        JOIN rate_limit_counters c USING (bucket, key, window_start, window_end)
+        WHERE c.node <> ${node}
+        GROUP BY c.bucket, c.key, c.window_start, c.window_end`.pipe(
+        Effect.map((rows) => {
+          writes.forEach((slot, i) => (slot.written = Math.max(slot.written, counts[i]!)))
+          const others = new Map(rows.map((row) => [slotId(row.bucket, row.key, row.window_start, row.window_end), Number(row.others)]))
+          for (const slot of reads) {
+            slot.others = Math.max(slot.others, others.get(slotId(slot.bucket, slot.key, slot.windowStart, slot.windowEnd)) ?? 0)
+            slot.readAt = startedAt
+          }
+          // A failed sync leaves it: while the database is away, decisions are local.
+          lastSyncAt = startedAt
+        })
+      )
     })
 
     yield* Effect.forkScoped(
