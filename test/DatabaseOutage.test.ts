@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Schedule } from "effect"
+import { Effect, Fiber, Schedule } from "effect"
 import { spawnNode } from "./support/NodeProcess.js"
 import { tcpProxy } from "./support/TcpProxy.js"
 import { serverUrl, TestDatabase, TestDatabaseLive } from "./support/TestDatabase.js"
@@ -9,6 +9,7 @@ import { ADMIN_TOKEN } from "./support/TestNode.js"
 interface Answer {
   readonly status: number
   readonly code: string | undefined
+  readonly details: unknown
   readonly data: unknown
   readonly ms: number
 }
@@ -22,8 +23,8 @@ const call = (baseUrl: string, method: string, path: string, headers: Record<str
       ...(body === undefined ? {} : { body: JSON.stringify(body) }),
       signal: AbortSignal.timeout(30_000)
     })
-    const json = (await response.json()) as { error?: { code: string }; data?: unknown }
-    return { status: response.status, code: json.error?.code, data: json.data, ms: Date.now() - started }
+    const json = (await response.json()) as { error?: { code: string; details: unknown }; data?: unknown }
+    return { status: response.status, code: json.error?.code, details: json.error?.details, data: json.data, ms: Date.now() - started }
   })
 
 const admin = { authorization: `Bearer ${ADMIN_TOKEN}` }
@@ -91,6 +92,61 @@ describe.skipIf(serverUrl === undefined)("database outage", () => {
       const stored = yield* call(node.baseUrl, "GET", `/api/v1/conversations/${conversationId}/activities`, { "x-api-key": key })
       expect(stored.status).toBe(200)
       expect((stored.data as ReadonlyArray<{ id: string }>).map((a) => a.id)).toEqual([(reply.data as { id: string }).id])
+    }).pipe(Effect.scoped, Effect.provide(TestDatabaseLive)), 120_000)
+
+  // The batch statement reaches PostgreSQL only after the append was answered 503 (a stalled
+  // backend or link): when it runs then, it must not store what the 503 said was not stored.
+  it.live("a write statement that reaches PostgreSQL past its deadline stores nothing", () =>
+    Effect.gen(function*() {
+      const { node, proxy } = yield* nodeBehindProxy
+      const { conversationId, key } = yield* seedConversation(node.baseUrl)
+      proxy.holdFrom("append_batch")
+      const reply = yield* call(node.baseUrl, "POST", `/api/v1/conversations/${conversationId}/activities`, { "x-api-key": key }, {
+        text: "sent, then stalled"
+      })
+      expect(reply.status).toBe(503)
+      expect(reply.code).toBe("unavailable")
+      proxy.release()
+      // The statement runs now; the node's next append goes through on a healthy connection.
+      const next = yield* call(node.baseUrl, "POST", `/api/v1/conversations/${conversationId}/activities`, { "x-api-key": key }, {
+        text: "after"
+      }).pipe(
+        Effect.filterOrFail((answer) => answer.status === 201, () => "not yet"),
+        Effect.retry(Schedule.spaced("500 millis").pipe(Schedule.upTo("20 seconds"))),
+        Effect.orDie
+      )
+      const stored = yield* call(node.baseUrl, "GET", `/api/v1/conversations/${conversationId}/activities`, { "x-api-key": key })
+      expect((stored.data as ReadonlyArray<{ text: string; seq: number }>).map((a) => [a.seq, a.text])).toEqual([[1, "after"]])
+      expect((next.data as { seq: number }).seq).toBe(1)
+    }).pipe(Effect.scoped, Effect.provide(TestDatabaseLive)), 120_000)
+
+  // The write's answer is lost and the database stops answering before the append can be looked
+  // up: nobody knows whether it is stored, so the answer must not be a 503 (which says it is not).
+  it.live("an append whose outcome cannot be looked up is 502 upstream_unavailable, and a retry with its key stores it once", () =>
+    Effect.gen(function*() {
+      const { node, proxy } = yield* nodeBehindProxy
+      const { conversationId, key } = yield* seedConversation(node.baseUrl)
+      const path = `/api/v1/conversations/${conversationId}/activities`
+      const headers = { "x-api-key": key, "x-idempotency-key": "unknown-outcome" }
+      proxy.holdFrom("append_batch")
+      const pending = yield* Effect.fork(call(node.baseUrl, "POST", path, headers, { text: "in limbo" }))
+      // Past the write's deadline, before the append is looked up (10.5 s after the request).
+      yield* Effect.sleep("7 seconds")
+      proxy.blackhole()
+      const reply = yield* Fiber.join(pending)
+      expect(reply.status).toBe(502)
+      expect(reply.code).toBe("upstream_unavailable")
+      expect(reply.details).toEqual({ reason: "outcome_unknown" })
+      proxy.restore()
+      const retried = yield* call(node.baseUrl, "POST", path, headers, { text: "in limbo" }).pipe(
+        Effect.filterOrFail((answer) => answer.status === 201, () => "not yet"),
+        Effect.retry(Schedule.spaced("500 millis").pipe(Schedule.upTo("30 seconds"))),
+        Effect.orDie
+      )
+      const again = yield* call(node.baseUrl, "POST", path, headers, { text: "in limbo" })
+      expect((again.data as { id: string }).id).toBe((retried.data as { id: string }).id)
+      const stored = yield* call(node.baseUrl, "GET", path, { "x-api-key": key })
+      expect((stored.data as ReadonlyArray<{ text: string }>).map((a) => a.text)).toEqual(["in limbo"])
     }).pipe(Effect.scoped, Effect.provide(TestDatabaseLive)), 120_000)
 })
 

@@ -54,6 +54,9 @@ interface Pending {
 
 type WriteError = SeqTaken | KeyTaken | WriteFailed | TooLate
 
+/** A larger difference between the database's clock and the node's is logged at start (ADR 0004). */
+const MAX_CLOCK_SKEW_MS = 1_000
+
 /** Groups written in one statement at the most; more wait for the next one. */
 const MAX_GROUPS_PER_TRANSACTION = 128
 /**
@@ -125,6 +128,24 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
     })
     const queue = new WorkQueue<Pending>()
 
+    // The write fence compares the database's clock with deadlines set by this node's clock.
+    yield* Effect.forkScoped(
+      Effect.suspend(() => {
+        const sentAt = Date.now()
+        return Effect.map(
+          writer<{ now_ms: number }>`SELECT extract(epoch FROM clock_timestamp())::float8 * 1000 AS now_ms`,
+          (rows) => (rows[0]?.now_ms ?? 0) - (sentAt + Date.now()) / 2
+        )
+      }).pipe(
+        Effect.flatMap((skewMs) =>
+          Math.abs(skewMs) < MAX_CLOCK_SKEW_MS ? Effect.void : Effect.logWarning(
+            "the database's clock and this node's differ: appends near their deadline may be refused or settled wrongly; keep clocks in sync (NTP)"
+          ).pipe(Effect.annotateLogs("skew_ms", Math.round(skewMs)))
+        ),
+        Effect.catchAllCause(() => Effect.void)
+      )
+    )
+
     /**
      * Writes groups in one statement (its own transaction, one round trip): each group's head
      * moves only if it still is `oldHead`, and only the groups that moved get their activities,
@@ -139,7 +160,8 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
           id: g.conversationId,
           old_head: g.oldHead,
           new_head: g.oldHead + g.activities.length,
-          status: g.status
+          status: g.status,
+          deadline: g.deadline
         }))
         const rows = groups.flatMap((g) =>
           g.activities.map((a, i) => ({ ...a, conversation_id: g.conversationId, tenant_id: g.tenantId, seq: g.oldHead + 1 + i }))
@@ -171,10 +193,17 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
                 deleted_at = CASE WHEN a.id = ANY(${deletes}::uuid[]) THEN COALESCE(a.deleted_at, now()) ELSE a.deleted_at END
             WHERE a.id = ANY(${targets}::uuid[]) AND (a.conversation_id = ANY(ARRAY(SELECT id FROM moved))) IS TRUE
           )`
-        const answer = yield* writer<{ id: string; at: string | null; key_taken: boolean }>`${
+        const answer = yield* writer<{ id: string; at: string | null; outcome: "moved" | "key_taken" | "late" }>`${
           writer.literal(prepared(targets.length === 0 ? "append_batch" : "append_batch_with_marks"))
         }
-          WITH known AS (
+          WITH heads AS (
+            SELECT * FROM jsonb_to_recordset(${JSON.stringify(heads)}::jsonb)
+                     AS v(id uuid, old_head int8, new_head int8, status text, deadline int8)
+          ), late AS (
+            -- The fence of WriteTimings: a statement PostgreSQL starts past a group's deadline (it
+            -- waited in a stalled backend, say) writes nothing of it, whenever it runs.
+            SELECT id FROM heads WHERE statement_timestamp() > to_timestamp(deadline / 1000.0)
+          ), known AS (
             -- One index probe per key: a join here may be planned as a scan of the whole index.
             SELECT DISTINCT k.conversation_id
             FROM UNNEST(${keyed.map((r) => r.conversation_id)}::uuid[], ${keyed.map((r) => r.idempotency_key)}::text[])
@@ -186,9 +215,9 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
             SET head_seq = v.new_head, updated_at = now(),
                 status = COALESCE(v.status, c.status),
                 closed_at = CASE WHEN v.status = 'closed' THEN now() WHEN v.status = 'active' THEN NULL ELSE c.closed_at END
-            FROM jsonb_to_recordset(${JSON.stringify(heads)}::jsonb) AS v(id uuid, old_head int8, new_head int8, status text)
+            FROM heads v
             WHERE c.id = ANY(${groups.map((g) => g.conversationId)}::uuid[]) AND c.id = v.id AND c.head_seq = v.old_head
-              AND c.id NOT IN (SELECT conversation_id FROM known)
+              AND c.id NOT IN (SELECT conversation_id FROM known) AND c.id NOT IN (SELECT id FROM late)
             RETURNING c.id
           ), clock AS (
             SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS at
@@ -211,19 +240,25 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
             WHERE t.conversation_id IN (SELECT id FROM moved)
               AND EXISTS (SELECT 1 FROM channels ch WHERE ch.id = t.channel_id AND ch.mode <> 'inbound')
           )${marks}
-          SELECT moved.id, clock.at, false AS key_taken FROM moved, clock
+          SELECT moved.id, clock.at, 'moved' AS outcome FROM moved, clock
           UNION ALL
-          SELECT conversation_id, NULL, true FROM known`
-        const at = answer.find((row) => !row.key_taken)?.at ?? ""
-        const movedIds = new Set(answer.filter((row) => !row.key_taken).map((row) => row.id))
-        const keyTakenIds = new Set(answer.filter((row) => row.key_taken).map((row) => row.id))
-        return groups.map((g): Either.Either<ReadonlyArray<Activity>, SeqTaken | KeyTaken> =>
-          movedIds.has(g.conversationId)
-            ? Either.right(g.activities.map((a, i) => storedActivity(a, g.oldHead + 1 + i, g, at)))
-            : keyTakenIds.has(g.conversationId)
-            ? Either.left(new KeyTaken({ conversationId: g.conversationId }))
-            : Either.left(new SeqTaken({ conversationId: g.conversationId }))
-        )
+          SELECT id, NULL, 'late' FROM late
+          UNION ALL
+          SELECT conversation_id, NULL, 'key_taken' FROM known WHERE conversation_id NOT IN (SELECT id FROM late)`
+        const at = answer.find((row) => row.outcome === "moved")?.at ?? ""
+        const outcomes = new Map(answer.map((row) => [row.id, row.outcome]))
+        return groups.map((g): Either.Either<ReadonlyArray<Activity>, SeqTaken | KeyTaken | TooLate> => {
+          switch (outcomes.get(g.conversationId)) {
+            case "moved":
+              return Either.right(g.activities.map((a, i) => storedActivity(a, g.oldHead + 1 + i, g, at)))
+            case "late":
+              return Either.left(new TooLate())
+            case "key_taken":
+              return Either.left(new KeyTaken({ conversationId: g.conversationId }))
+            default:
+              return Either.left(new SeqTaken({ conversationId: g.conversationId }))
+          }
+        })
       }).pipe(
         Effect.catchTag("SqlError", (cause) =>
           Effect.fail(
@@ -233,7 +268,7 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
           ))
       )
 
-    const settle = (pending: Pending, result: Either.Either<ReadonlyArray<Activity>, SeqTaken | KeyTaken>) =>
+    const settle = (pending: Pending, result: Either.Either<ReadonlyArray<Activity>, SeqTaken | KeyTaken | TooLate>) =>
       Effect.sync(() => {
         if (Either.isRight(result)) stored.inc(result.right.length)
         pending.done(Either.isRight(result) ? Exit.succeed(result.right) : Exit.fail(result.left))

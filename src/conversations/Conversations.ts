@@ -11,6 +11,7 @@ import {
   InvalidMessage,
   InvalidWatermark,
   NotFound,
+  OutcomeUnknown,
   Unavailable
 } from "../domain/ApiError.js"
 import { decodeWatermark } from "../domain/Watermark.js"
@@ -39,10 +40,10 @@ const clusterCall = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
 /** An append's cluster call that ended without its answer: the draft may or may not be stored. */
 class Unanswered extends Data.TaggedError("Unanswered")<{}> {}
 
-/** Each look at a settled draft is bounded; a few are tried before answering 503. */
-const SETTLE_LOOKUP_TIMEOUT_MS = 1_000
-const SETTLE_LOOKUP_RETRIES = 2
+/** Looks at a settled draft: each bounded, repeated after a pause, all within a budget. */
+const SETTLE_LOOKUP_TIMEOUT_MS = 600
 const SETTLE_LOOKUP_PAUSE_MS = 250
+const SETTLE_LOOKUP_BUDGET_MS = 1_500
 
 const notFound = (id: string) => new NotFound({ message: `conversation ${id} not found` })
 
@@ -68,13 +69,14 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
      * call interrupted by a shard moving, its write's connection broken after sending it): once no
      * write of its draft can still commit (`WRITE_SETTLED_AFTER_MS` past its deadline), the draft is
      * stored or never will be. So a 503 (`notStored`) still means nothing was stored, and a write
-     * whose answer was lost is answered.
+     * whose answer was lost is answered. When the look-up gets no answer either, the outcome is
+     * unknown: 502, not a 503.
      */
     const settleUnanswered = (
       conversationId: string,
       request: AppendRequest,
       notStored: () => Unavailable
-    ): Effect.Effect<Activity, Unavailable> =>
+    ): Effect.Effect<Activity, Unavailable | OutcomeUnknown> =>
       Effect.suspend(() => Effect.sleep(Math.max(0, request.deadline + WRITE_SETTLED_AFTER_MS - Date.now()))).pipe(
         Effect.zipRight(
           // By the key too: a retry's own draft is new, and the append its key names may be stored.
@@ -84,18 +86,33 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
             request.draft.idempotency_key === null ? [] : [request.draft.idempotency_key]
           ).pipe(
             Effect.timeout(SETTLE_LOOKUP_TIMEOUT_MS),
-            // A database that answers nothing for a while: a few more looks before giving up.
-            Effect.retry({ times: SETTLE_LOOKUP_RETRIES, schedule: Schedule.spaced(SETTLE_LOOKUP_PAUSE_MS) })
+            // A database that answers nothing for a moment: another look, within the budget.
+            Effect.retry(Schedule.spaced(SETTLE_LOOKUP_PAUSE_MS)),
+            Effect.timeout(SETTLE_LOOKUP_BUDGET_MS),
+            Effect.option
           )
         ),
-        Effect.orElseSucceed((): ReadonlyArray<Activity> => []),
         // Rare (a node lost, a write's connection broken): worth a line for whoever looks into it.
         Effect.tap((found) =>
           Effect.logWarning("append settled after its answer was lost").pipe(
-            Effect.annotateLogs({ conversation_id: conversationId, draft_id: request.draft.id, stored: found.length > 0 })
+            Effect.annotateLogs({
+              conversation_id: conversationId,
+              draft_id: request.draft.id,
+              stored: Option.match(found, { onNone: () => "unknown", onSome: (rows) => rows.length > 0 })
+            })
           )
         ),
-        Effect.flatMap((found) => found.length > 0 ? Effect.succeed(found[0]!) : Effect.fail(notStored()))
+        Effect.flatMap((found): Effect.Effect<Activity, Unavailable | OutcomeUnknown> =>
+          Option.isNone(found)
+            ? Effect.fail(
+              new OutcomeUnknown({
+                message: "the outcome of this append is unknown (the database did not answer); retry with the same x-idempotency-key"
+              })
+            )
+            : found.value.length > 0
+            ? Effect.succeed(found.value[0]!)
+            : Effect.fail(notStored())
+        )
       )
 
     /**

@@ -178,6 +178,20 @@ export class Unavailable extends Schema.TaggedError<Unavailable>()("Unavailable"
   }
 }
 
+/**
+ * 502 `upstream_unavailable`: an append whose answer was lost could not be looked up either (the
+ * database did not answer). It may be stored, so it is not a 503 (which promises nothing was);
+ * retrying with the same idempotency key gives the stored activity or stores it once.
+ */
+export class OutcomeUnknown extends Schema.TaggedError<OutcomeUnknown>()("OutcomeUnknown", {
+  message: Schema.String
+}, HttpApiSchema.annotations({ status: 502 })) implements WireError {
+  readonly code = "upstream_unavailable"
+  get wireDetails() {
+    return { reason: "outcome_unknown" }
+  }
+}
+
 /** 503 while a conversation moves between nodes (or its owner is lost): retry after about a second. */
 export const clusterUnavailable = () =>
   new Unavailable({

@@ -9,6 +9,7 @@ import {
   InvalidMessage,
   InvalidWatermark,
   NotFound,
+  OutcomeUnknown,
   RateLimited,
   Unavailable
 } from "../domain/ApiError.js"
@@ -52,6 +53,7 @@ export class ConversationsApi extends HttpApiGroup.make("conversations")
       .setHeaders(Schema.Struct({ "x-idempotency-key": Schema.optional(Schema.String) }))
       .setPayload(ActivityBody)
       .addSuccess(ActivityCreated, { status: 201 })
+      .addError(envelope(OutcomeUnknown))
   )
   .add(
     HttpApiEndpoint.get("listActivities", "/conversations/:id/activities")

@@ -16,6 +16,13 @@ export interface TcpProxy {
    * is closed shortly after: the server has done the work, the client never hears of it.
    */
   readonly loseAnswerTo: (marker: string) => void
+  /**
+   * The next connection to send bytes containing `marker` holds them, and whatever it sends after,
+   * until `release`: the server gets the statement late, as from a stalled link or backend.
+   */
+  readonly holdFrom: (marker: string) => void
+  /** Delivers what `holdFrom` held, and forwards that connection's bytes again. */
+  readonly release: () => void
 }
 
 /** Starts a proxy on a free loopback port to `target`; it closes with the scope. */
@@ -30,13 +37,28 @@ export const tcpProxy = (target: { readonly host: string; readonly port: number 
         socket.on("error", () => socket.destroy())
       }
       let marker: string | undefined
+      let holdMarker: string | undefined
+      let releaseHeld: (() => void) | undefined
       const server = Net.createServer((client) => {
         track(client)
         if (!forwarding) return
         const upstream = Net.connect(target.port, target.host)
         track(upstream)
         let muted = false
+        let held: Array<Buffer> | undefined
         client.on("data", (chunk: Buffer) => {
+          if (holdMarker !== undefined && chunk.includes(holdMarker)) {
+            holdMarker = undefined
+            held = []
+            releaseHeld = () => {
+              for (const part of held ?? []) upstream.write(part)
+              held = undefined
+            }
+          }
+          if (held !== undefined) {
+            held.push(chunk)
+            return
+          }
           upstream.write(chunk)
           if (marker !== undefined && chunk.includes(marker)) {
             marker = undefined
@@ -62,6 +84,13 @@ export const tcpProxy = (target: { readonly host: string; readonly port: number 
           },
           loseAnswerTo: (text) => {
             marker = text
+          },
+          holdFrom: (text) => {
+            holdMarker = text
+          },
+          release: () => {
+            releaseHeld?.()
+            releaseHeld = undefined
           }
         }
         resume(Effect.succeed({ proxy, server, sockets }))
