@@ -29,6 +29,13 @@ const call = (baseUrl: string, method: string, path: string, headers: Record<str
 
 const admin = { authorization: `Bearer ${ADMIN_TOKEN}` }
 
+/** A new conversation of the channel whose secret this is. */
+const newConversation = (baseUrl: string, secret: string) =>
+  Effect.map(
+    call(baseUrl, "POST", "/api/v1/conversations", { "x-channel-token": secret }, {}),
+    (conversation) => (conversation.data as { id: string }).id
+  )
+
 /** A tenant's API key and a conversation of one of its channels, made through the node's API. */
 const seedConversation = (baseUrl: string) =>
   Effect.gen(function*() {
@@ -38,8 +45,7 @@ const seedConversation = (baseUrl: string) =>
       channel: { name: "socket", type: "websocket" }
     })
     const secret = (channel.data as { secret: string }).secret
-    const conversation = yield* call(baseUrl, "POST", "/api/v1/conversations", { "x-channel-token": secret }, {})
-    return { tenantId: (tenant.data as { id: string }).id, key, conversationId: (conversation.data as { id: string }).id }
+    return { tenantId: (tenant.data as { id: string }).id, key, secret, conversationId: yield* newConversation(baseUrl, secret) }
   })
 
 /** A node whose every database connection goes through a proxy the test controls. */
@@ -118,6 +124,25 @@ describe.skipIf(serverUrl === undefined)("database outage", () => {
       const stored = yield* call(node.baseUrl, "GET", `/api/v1/conversations/${conversationId}/activities`, { "x-api-key": key })
       expect((stored.data as ReadonlyArray<{ text: string; seq: number }>).map((a) => [a.seq, a.text])).toEqual([[1, "after"]])
       expect((next.data as { seq: number }).seq).toBe(1)
+    }).pipe(Effect.scoped, Effect.provide(TestDatabaseLive)), 120_000)
+
+  // One writer connection's statement hangs (a stalled backend): the others must keep writing, so
+  // the stalled connection is dropped rather than handed to the next batch to queue behind it.
+  it.live("a writer connection left without an answer is dropped; later writes go through on others", () =>
+    Effect.gen(function*() {
+      const { node, proxy } = yield* nodeBehindProxy
+      const { conversationId, key, secret } = yield* seedConversation(node.baseUrl)
+      const others = yield* Effect.forEach(Array.from({ length: 8 }), () => newConversation(node.baseUrl, secret))
+      const append = (id: string, text: string) =>
+        call(node.baseUrl, "POST", `/api/v1/conversations/${id}/activities`, { "x-api-key": key }, { text })
+      proxy.holdFrom("append_batch")
+      expect((yield* append(conversationId, "stalled")).status).toBe(503)
+      // Still held. Waves of concurrent appends keep both writers busy.
+      for (let wave = 0; wave < 3; wave++) {
+        const replies = yield* Effect.forEach(others, (id) => append(id, `wave ${wave}`), { concurrency: "unbounded" })
+        expect(replies.map((reply) => reply.status)).toEqual(others.map(() => 201))
+      }
+      proxy.release()
     }).pipe(Effect.scoped, Effect.provide(TestDatabaseLive)), 120_000)
 
   // The write's answer is lost and the database stops answering before the append can be looked

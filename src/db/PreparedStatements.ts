@@ -18,6 +18,20 @@ type Query = (config: unknown, values?: unknown, callback?: unknown) => unknown
  */
 export class PreparingClient extends Pg.Client {}
 
+/** pg's error when `query_timeout` passed without an answer; the statement may still be running. */
+const READ_TIMEOUT = "Query read timeout"
+
+/**
+ * A connection whose statement went unanswered still runs it, and would run the next one only after
+ * it: closed, so that its pool drops it instead of handing it out again (a later write would wait
+ * behind a stalled one, and its outcome could not be known either).
+ */
+const closingAfterReadTimeout = (client: Pg.Client, callback: unknown) =>
+  typeof callback !== "function" ? callback : (error: unknown, result: unknown) => {
+    if (error instanceof Error && error.message === READ_TIMEOUT) client.end(() => {})
+    return (callback as (error: unknown, result: unknown) => void)(error, result)
+  }
+
 const plainQuery = Pg.Client.prototype.query as unknown as Query
 ;(PreparingClient.prototype as unknown as { query: Query }).query = function(
   this: Pg.Client,
@@ -27,6 +41,6 @@ const plainQuery = Pg.Client.prototype.query as unknown as Query
 ) {
   const name = typeof config === "string" ? MARK.exec(config)?.[1] : undefined
   return name === undefined
-    ? plainQuery.call(this, config, values, callback)
-    : plainQuery.call(this, { name, text: config, values }, callback)
+    ? plainQuery.call(this, config, values, closingAfterReadTimeout(this, callback))
+    : plainQuery.call(this, { name, text: config, values }, closingAfterReadTimeout(this, callback))
 }
