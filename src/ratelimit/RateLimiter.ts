@@ -258,9 +258,21 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
       )
     })
 
+    // Ten syncs a second: while the database is away, one line when syncing stops and one when it is back.
+    let failing = false
     yield* Effect.forkScoped(
       sync.pipe(
-        Effect.catchAllCause((cause) => Effect.logWarning("rate limit sync failed", cause)),
+        Effect.matchCauseEffect({
+          onFailure: (cause) =>
+            failing ? Effect.void : Effect.zipRight(
+              Effect.sync(() => (failing = true)),
+              Effect.logWarning("rate limit sync failed; counting locally until it succeeds", cause)
+            ),
+          onSuccess: () =>
+            failing
+              ? Effect.zipRight(Effect.sync(() => (failing = false)), Effect.logInfo("rate limit sync recovered"))
+              : Effect.void
+        }),
         Effect.repeat(Schedule.spaced(Duration.millis(config.rateLimitSyncMs)))
       )
     )
