@@ -3,7 +3,7 @@ import type { SqlError } from "@effect/sql/SqlError"
 import { Data, Effect, Either, Exit, Option, Schema } from "effect"
 import { Counter } from "prom-client"
 import { awaitReply, type Reply, WorkQueue } from "../concurrency/WorkQueue.js"
-import { writerClient } from "../db/Database.js"
+import { boundedClient } from "../db/Database.js"
 import { prepared } from "../db/PreparedStatements.js"
 import { isDataException, isUniqueViolation } from "../db/SqlErrors.js"
 import type { Activity, ActivityDraft } from "../domain/Activity.js"
@@ -111,7 +111,7 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
     const sql = yield* SqlClient.SqlClient
     const metrics = yield* Metrics
     // Batches go through connections of their own: each statement bounded (WriteTimings), by index.
-    const { client: writer, pool: writerPool } = yield* writerClient(WRITERS, {
+    const { client: writer, pool: writerPool } = yield* boundedClient(WRITERS, {
       connectMs: WRITE_CONNECT_TIMEOUT_MS,
       statementMs: WRITE_STATEMENT_TIMEOUT_MS,
       queryMs: WRITE_QUERY_TIMEOUT_MS
@@ -130,13 +130,14 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
 
     // The write fence compares the database's clock with deadlines set by this node's clock.
     yield* Effect.forkScoped(
-      Effect.suspend(() => {
+      // Measured on an open connection: the first query's round trip includes connecting.
+      Effect.zipRight(writer`SELECT 1`, Effect.suspend(() => {
         const sentAt = Date.now()
         return Effect.map(
           writer<{ now_ms: number }>`SELECT extract(epoch FROM clock_timestamp())::float8 * 1000 AS now_ms`,
           (rows) => (rows[0]?.now_ms ?? 0) - (sentAt + Date.now()) / 2
         )
-      }).pipe(
+      })).pipe(
         Effect.flatMap((skewMs) =>
           Math.abs(skewMs) < MAX_CLOCK_SKEW_MS ? Effect.void : Effect.logWarning(
             "the database's clock and this node's differ: appends near their deadline may be refused or settled wrongly; keep clocks in sync (NTP)"

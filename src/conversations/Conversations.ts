@@ -2,6 +2,7 @@ import { Cause, Data, Effect, Either, Option, Schedule } from "effect"
 import type { AppendRequest } from "../../cluster/ConversationCore.js"
 import { ConversationCores } from "../../cluster/ConversationCores.js"
 import { ConversationEntity } from "../../cluster/ConversationEntity.js"
+import { answerWithin } from "../concurrency/WorkQueue.js"
 import { orUnavailable } from "../db/SqlFailure.js"
 import type { Activity, ActivityDraft } from "../domain/Activity.js"
 import {
@@ -85,10 +86,11 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
             [request.draft.id],
             request.draft.idempotency_key === null ? [] : [request.draft.idempotency_key]
           ).pipe(
-            Effect.timeout(SETTLE_LOOKUP_TIMEOUT_MS),
+            // Neither bound waits for the query's cancellation: on a silent connection that takes seconds.
+            (lookUp) => answerWithin(lookUp, SETTLE_LOOKUP_TIMEOUT_MS, () => "slow" as const),
             // A database that answers nothing for a moment: another look, within the budget.
             Effect.retry(Schedule.spaced(SETTLE_LOOKUP_PAUSE_MS)),
-            Effect.timeout(SETTLE_LOOKUP_BUDGET_MS),
+            (lookUps) => answerWithin(lookUps, SETTLE_LOOKUP_BUDGET_MS, () => "slow" as const),
             Effect.option
           )
         ),

@@ -130,7 +130,9 @@ const clientLayer = (pool: Pg.Pool) => PgClient.layerFromPool({ acquire: Effect.
 const ClientLive = Layer.unwrapEffect(Effect.map(DatabasePool, ({ pool }) => clientLayer(pool)))
 
 /**
- * A client of its own `connections` for short writes that reach their rows by key. PostgreSQL
+ * A client of its own `connections` for short statements that reach their rows by key (the activity
+ * writer, the rate-limit counters): a statement that goes unanswered closes its connection, so one
+ * stalled backend or link never holds up the next statement. PostgreSQL
  * cancels a statement after `timeouts.statementMs`, so a write commits within that time or not at
  * all; sequential scans are priced out, so a statement over a small or freshly updated table
  * still goes through its indexes (a scan per write grows with the table, and updated rows leave
@@ -138,7 +140,7 @@ const ClientLive = Layer.unwrapEffect(Effect.map(DatabasePool, ({ pool }) => cli
  * planned again on every call when the values make a custom plan look cheaper. Its pool is returned for metrics. On the embedded database (one session
  * for everything) it is the node's client, unbounded, and has no pool of its own.
  */
-export const writerClient = (
+export const boundedClient = (
   connections: number,
   timeouts: { readonly connectMs: number; readonly statementMs: number; readonly queryMs: number }
 ) =>

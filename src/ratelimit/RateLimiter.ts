@@ -1,7 +1,9 @@
 import { SqlClient } from "@effect/sql"
 import { Deferred, Duration, Effect, Exit, FiberId, Option, Schedule, Schema } from "effect"
 import { Counter } from "prom-client"
+import { answerWithin } from "../concurrency/WorkQueue.js"
 import { AppConfig } from "../config/AppConfig.js"
+import { boundedClient } from "../db/Database.js"
 import { RateLimited } from "../domain/ApiError.js"
 import { type Bucket, defaultWindows, type OverridableBucket, TenantLimits } from "../domain/RateLimit.js"
 import { JobRunner } from "../ops/JobRunner.js"
@@ -25,8 +27,8 @@ interface Slot {
   others: number
   /** When the last read of `others` started (`-Infinity`: never read). */
   readAt: number
-  /** Decided on since the last sync: the next one reads `others`. */
-  used: boolean
+  /** When it was last decided on; syncs read `others` while that is recent. */
+  usedAt: number
   /** Set while the slot reads `others` before a decision; decisions wait for it. */
   learning: Deferred.Deferred<void> | undefined
 }
@@ -39,10 +41,17 @@ const OVERRIDABLE: ReadonlySet<string> = new Set<OverridableBucket>([
   "publishable_token"
 ])
 
+/** The counters' own connections: the sync and the reads decisions wait for. */
+const COUNTER_CONNECTIONS = 2
 /** A tenant's overrides are at most this old when a limit is decided. */
 const TENANT_LIMITS_TTL_MS = 1000
 /** How long a decision waits for a database read (overrides, another node's count) before going on without it. */
 const READ_WAIT_MS = 1000
+/**
+ * A window decided on within this time is read at every sync; one left alone longer is read again
+ * before its next decision instead (a key used now and then costs a read per use, not ten a second).
+ */
+const READ_WHILE_USED_MS = 5_000
 /** Shared counters are kept this long past their window's end, for nodes whose clocks run behind. */
 const PRUNE_GRACE_MS = 60_000
 
@@ -71,8 +80,14 @@ export const pruneCounters = Effect.flatMap(SqlClient.SqlClient, (sql) =>
  */
 export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimiter", {
   scoped: Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
     const config = yield* AppConfig
+    // Connections of its own, each statement bounded: a stalled one is closed, not handed to the
+    // next sync to queue behind (the main pool would give it back).
+    const { client: sql } = yield* boundedClient(COUNTER_CONNECTIONS, {
+      connectMs: READ_WAIT_MS,
+      statementMs: READ_WAIT_MS,
+      queryMs: READ_WAIT_MS + 500
+    })
     const jobs = yield* JobRunner
     const metrics = yield* Metrics
     const rejections = new Counter({
@@ -99,7 +114,8 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
     const loadOverrides = (tenantId: string) =>
       sql<{ limits: unknown }>`SELECT limits FROM tenants WHERE id = ${tenantId}`.pipe(
         Effect.map((rows): Overrides => Option.getOrElse(decodeTenantLimits(rows[0]?.limits ?? {}), () => ({}))),
-        Effect.timeoutFail({ duration: READ_WAIT_MS, onTimeout: () => "slow" as const }),
+        // Not waiting for the query's cancellation either: on a silent connection that takes seconds.
+        (read) => answerWithin(read, READ_WAIT_MS, () => "slow" as const),
         Effect.orElseSucceed((): Overrides => tenantLimits.get(tenantId)?.limits ?? {}),
         Effect.tap((limits) => Effect.sync(() => tenantLimits.set(tenantId, { at: Date.now(), limits })))
       )
@@ -139,7 +155,7 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
 
     /** Accepts the event if the window has room, or fails with the time left in it. */
     const decide = (slot: Slot, limit: number) => {
-      slot.used = true
+      slot.usedAt = Date.now()
       if (slot.local + slot.others >= limit) {
         rejections.inc({ bucket: slot.bucket })
         return Effect.fail(
@@ -155,18 +171,22 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
 
     /** What the other nodes have counted in the slot's window so far. */
     const learn = (slot: Slot, learned: Deferred.Deferred<void>) =>
-      sql<{ others: string }>`
-        SELECT COALESCE(sum(count), 0) AS others FROM rate_limit_counters
-        WHERE bucket = ${slot.bucket} AND key = ${slot.key}
-          AND window_start = ${slot.windowStart} AND window_end = ${slot.windowEnd} AND node <> ${node}`.pipe(
-        Effect.tap((rows) => Effect.sync(() => (slot.others = Math.max(slot.others, Number(rows[0]?.others ?? 0))))),
-        Effect.timeout(READ_WAIT_MS),
-        Effect.catchAllCause((cause) => Effect.logWarning("rate limit count could not be read; deciding locally", cause)),
-        // Looked at, read or not: a failed read is not tried again before the next sync succeeds.
-        Effect.ensuring(Effect.sync(() => {
-          slot.readAt = Date.now()
-          slot.learning = undefined
-        })),
+      Effect.suspend(() => {
+        const startedAt = Date.now()
+        const read = sql<{ others: string }>`
+          SELECT COALESCE(sum(count), 0) AS others FROM rate_limit_counters
+          WHERE bucket = ${slot.bucket} AND key = ${slot.key}
+            AND window_start = ${slot.windowStart} AND window_end = ${slot.windowEnd} AND node <> ${node}`
+        return answerWithin(read, READ_WAIT_MS, () => "slow" as const).pipe(
+          Effect.tap((rows) => Effect.sync(() => (slot.others = Math.max(slot.others, Number(rows[0]?.others ?? 0))))),
+          Effect.catchAllCause((cause) => Effect.logWarning("rate limit count could not be read; deciding locally", cause)),
+          // Looked at, read or not: a failed read is not tried again before the next sync succeeds.
+          Effect.ensuring(Effect.sync(() => {
+            slot.readAt = startedAt
+            slot.learning = undefined
+          }))
+        )
+      }).pipe(
         Effect.ensuring(Deferred.done(learned, Exit.void)),
         Effect.forkIn(scope)
       )
@@ -184,7 +204,7 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
       const id = slotId(bucket, key, windowStart, windowEnd)
       let slot = slots.get(id)
       if (slot === undefined) {
-        slot = { bucket, key, windowStart, windowEnd, local: 0, written: 0, others: 0, readAt: -Infinity, used: false, learning: undefined }
+        slot = { bucket, key, windowStart, windowEnd, local: 0, written: 0, others: 0, readAt: -Infinity, usedAt: now, learning: undefined }
         slots.set(id, slot)
       }
       const joined = slot
@@ -210,11 +230,15 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
     const consume = (bucket: Bucket, key: string, tenantId: string | null) =>
       Effect.flatMap(windowOf(bucket, tenantId), (window) => count(bucket, key, window))
 
+    // After a failed sync every count is written again: the database may have restarted and lost
+    // the unlogged table. Writing an unchanged count leaves no row version behind.
+    let rewriteAll = false
+
     /**
      * Writes this node's count of every window it accepted more in, and reads the other nodes'
-     * counts of the windows it decided on since the last sync. Counts are absolute, so a sync whose
-     * answer was lost is simply written again; windows left alone are neither written (no dead row
-     * versions) nor read (a key seen once costs nothing more).
+     * counts of the windows it decided on recently. Counts are absolute, so a sync whose answer was
+     * lost is simply written again; windows left alone are neither written nor read (a key seen
+     * once costs nothing more).
      */
     const sync = Effect.suspend(() => {
       const startedAt = Date.now()
@@ -222,9 +246,8 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
       const writes: Array<Slot> = []
       const reads: Array<Slot> = []
       for (const slot of slots.values()) {
-        if (slot.local > slot.written) writes.push(slot)
-        if (slot.used) reads.push(slot)
-        slot.used = false
+        if (slot.local > slot.written || (rewriteAll && slot.local > 0)) writes.push(slot)
+        if (startedAt - slot.usedAt <= READ_WHILE_USED_MS) reads.push(slot)
       }
       if (writes.length === 0 && reads.length === 0) return Effect.sync(() => (lastSyncAt = startedAt))
       const counts = writes.map((slot) => slot.local)
@@ -237,7 +260,7 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
           FROM UNNEST(${w.buckets}::text[], ${w.keys}::text[], ${w.starts}::int8[], ${w.ends}::int8[], ${counts}::int8[])
                AS l(bucket, key, window_start, window_end, count)
           ON CONFLICT (bucket, key, window_start, window_end, node)
-          DO UPDATE SET count = GREATEST(rate_limit_counters.count, EXCLUDED.count)
+          DO UPDATE SET count = EXCLUDED.count WHERE rate_limit_counters.count < EXCLUDED.count
         )
         SELECT c.bucket, c.key, c.window_start, c.window_end, sum(c.count) AS others
         FROM UNNEST(${r.buckets}::text[], ${r.keys}::text[], ${r.starts}::int8[], ${r.ends}::int8[])
@@ -245,7 +268,11 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
         JOIN rate_limit_counters c USING (bucket, key, window_start, window_end)
         WHERE c.node <> ${node}
         GROUP BY c.bucket, c.key, c.window_start, c.window_end`.pipe(
+        // Not waiting for the statement's cancellation: a silent connection must not stop the syncs.
+        (statement) => answerWithin(statement, READ_WAIT_MS, () => new Error("the rate limit sync timed out")),
+        Effect.tapError(() => Effect.sync(() => (rewriteAll = true))),
         Effect.map((rows) => {
+          rewriteAll = false
           writes.forEach((slot, i) => (slot.written = Math.max(slot.written, counts[i]!)))
           const others = new Map(rows.map((row) => [slotId(row.bucket, row.key, row.window_start, row.window_end), Number(row.others)]))
           for (const slot of reads) {
