@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Fiber, Schedule } from "effect"
+import { Effect, Fiber, Schedule, type Scope } from "effect"
 import { spawnNode } from "./support/NodeProcess.js"
 import { tcpProxy } from "./support/TcpProxy.js"
 import { serverUrl, TestDatabase, TestDatabaseLive } from "./support/TestDatabase.js"
@@ -28,6 +28,17 @@ const call = (baseUrl: string, method: string, path: string, headers: Record<str
   })
 
 const admin = { authorization: `Bearer ${ADMIN_TOKEN}` }
+
+/** Appends a message through the tenant API. */
+const postText = (baseUrl: string, key: string, conversationId: string, text: string, headers: Record<string, string> = {}) =>
+  call(baseUrl, "POST", `/api/v1/conversations/${conversationId}/activities`, { "x-api-key": key, ...headers }, { text })
+
+/** The conversation's stored activities, oldest first. */
+const storedActivities = (baseUrl: string, key: string, conversationId: string) =>
+  Effect.map(
+    call(baseUrl, "GET", `/api/v1/conversations/${conversationId}/activities`, { "x-api-key": key }),
+    (answer) => answer.data as ReadonlyArray<{ id: string; seq: number; text: string }>
+  )
 
 /** A new conversation of the channel whose secret this is. */
 const newConversation = (baseUrl: string, secret: string) =>
@@ -58,10 +69,18 @@ const nodeBehindProxy = Effect.gen(function*() {
   return { node, proxy }
 })
 
+/** `nodeBehindProxy` with a tenant and a conversation. */
+const seededNodeBehindProxy = Effect.flatMap(nodeBehindProxy, ({ node, proxy }) =>
+  Effect.map(seedConversation(node.baseUrl), (seeded) => ({ ...seeded, node, proxy })))
+
+/** A test with its own database, its scope closed at the end. */
+const outageTest = <E>(name: string, body: Effect.Effect<void, E, Scope.Scope | TestDatabase>) =>
+  it.live(name, () => body.pipe(Effect.scoped, Effect.provide(TestDatabaseLive)), 120_000)
+
 describe.skipIf(serverUrl === undefined)("database outage", () => {
   // A database that accepts connections and never answers them (a dead host behind a load balancer,
   // a full firewall queue): every new connection the node needs would wait for ever without a timeout.
-  it.live("requests needing a new connection get 503 within the connect timeout; the node recovers", () =>
+  outageTest("requests needing a new connection get 503 within the connect timeout; the node recovers",
     Effect.gen(function*() {
       const { node, proxy } = yield* nodeBehindProxy
       const { tenantId } = yield* seedConversation(node.baseUrl)
@@ -82,59 +101,48 @@ describe.skipIf(serverUrl === undefined)("database outage", () => {
         Effect.orDie
       )
       expect(after.status).toBe(200)
-    }).pipe(Effect.scoped, Effect.provide(TestDatabaseLive)), 120_000)
+    }))
 
   // The connection breaks after the batch statement reached PostgreSQL: it commits, and the node
   // never hears so. The append must not be answered 503 (a client without a key would repeat it).
-  it.live("an append whose write committed but whose answer was lost is answered 201 with it", () =>
+  outageTest("an append whose write committed but whose answer was lost is answered 201 with it",
     Effect.gen(function*() {
-      const { node, proxy } = yield* nodeBehindProxy
-      const { conversationId, key } = yield* seedConversation(node.baseUrl)
+      const { conversationId, key, node, proxy } = yield* seededNodeBehindProxy
       proxy.loseAnswerTo("append_batch")
-      const reply = yield* call(node.baseUrl, "POST", `/api/v1/conversations/${conversationId}/activities`, { "x-api-key": key }, {
-        text: "committed in the dark"
-      })
+      const reply = yield* postText(node.baseUrl, key, conversationId, "committed in the dark")
       expect(reply.status).toBe(201)
-      const stored = yield* call(node.baseUrl, "GET", `/api/v1/conversations/${conversationId}/activities`, { "x-api-key": key })
-      expect(stored.status).toBe(200)
-      expect((stored.data as ReadonlyArray<{ id: string }>).map((a) => a.id)).toEqual([(reply.data as { id: string }).id])
-    }).pipe(Effect.scoped, Effect.provide(TestDatabaseLive)), 120_000)
+      const stored = yield* storedActivities(node.baseUrl, key, conversationId)
+      expect(stored.map((a) => a.id)).toEqual([(reply.data as { id: string }).id])
+    }))
 
   // The batch statement reaches PostgreSQL only after the append was answered 503 (a stalled
   // backend or link): when it runs then, it must not store what the 503 said was not stored.
-  it.live("a write statement that reaches PostgreSQL past its deadline stores nothing", () =>
+  outageTest("a write statement that reaches PostgreSQL past its deadline stores nothing",
     Effect.gen(function*() {
-      const { node, proxy } = yield* nodeBehindProxy
-      const { conversationId, key } = yield* seedConversation(node.baseUrl)
+      const { conversationId, key, node, proxy } = yield* seededNodeBehindProxy
       proxy.holdFrom("append_batch")
-      const reply = yield* call(node.baseUrl, "POST", `/api/v1/conversations/${conversationId}/activities`, { "x-api-key": key }, {
-        text: "sent, then stalled"
-      })
+      const reply = yield* postText(node.baseUrl, key, conversationId, "sent, then stalled")
       expect(reply.status).toBe(503)
       expect(reply.code).toBe("unavailable")
       proxy.release()
       // The statement runs now; the node's next append goes through on a healthy connection.
-      const next = yield* call(node.baseUrl, "POST", `/api/v1/conversations/${conversationId}/activities`, { "x-api-key": key }, {
-        text: "after"
-      }).pipe(
+      const next = yield* postText(node.baseUrl, key, conversationId, "after").pipe(
         Effect.filterOrFail((answer) => answer.status === 201, () => "not yet"),
         Effect.retry(Schedule.spaced("500 millis").pipe(Schedule.upTo("20 seconds"))),
         Effect.orDie
       )
-      const stored = yield* call(node.baseUrl, "GET", `/api/v1/conversations/${conversationId}/activities`, { "x-api-key": key })
-      expect((stored.data as ReadonlyArray<{ text: string; seq: number }>).map((a) => [a.seq, a.text])).toEqual([[1, "after"]])
+      const stored = yield* storedActivities(node.baseUrl, key, conversationId)
+      expect(stored.map((a) => [a.seq, a.text])).toEqual([[1, "after"]])
       expect((next.data as { seq: number }).seq).toBe(1)
-    }).pipe(Effect.scoped, Effect.provide(TestDatabaseLive)), 120_000)
+    }))
 
   // One writer connection's statement hangs (a stalled backend): the others must keep writing, so
   // the stalled connection is dropped rather than handed to the next batch to queue behind it.
-  it.live("a writer connection left without an answer is dropped; later writes go through on others", () =>
+  outageTest("a writer connection left without an answer is dropped; later writes go through on others",
     Effect.gen(function*() {
-      const { node, proxy } = yield* nodeBehindProxy
-      const { conversationId, key, secret } = yield* seedConversation(node.baseUrl)
+      const { conversationId, key, node, proxy, secret } = yield* seededNodeBehindProxy
       const others = yield* Effect.forEach(Array.from({ length: 8 }), () => newConversation(node.baseUrl, secret))
-      const append = (id: string, text: string) =>
-        call(node.baseUrl, "POST", `/api/v1/conversations/${id}/activities`, { "x-api-key": key }, { text })
+      const append = (id: string, text: string) => postText(node.baseUrl, key, id, text)
       proxy.holdFrom("append_batch")
       expect((yield* append(conversationId, "stalled")).status).toBe(503)
       // Still held. Waves of concurrent appends keep both writers busy.
@@ -143,18 +151,17 @@ describe.skipIf(serverUrl === undefined)("database outage", () => {
         expect(replies.map((reply) => reply.status)).toEqual(others.map(() => 201))
       }
       proxy.release()
-    }).pipe(Effect.scoped, Effect.provide(TestDatabaseLive)), 120_000)
+    }))
 
   // The write's answer is lost and the database stops answering before the append can be looked
   // up: nobody knows whether it is stored, so the answer must not be a 503 (which says it is not).
-  it.live("an append whose outcome cannot be looked up is 502 upstream_unavailable, and a retry with its key stores it once", () =>
+  outageTest("an append whose outcome cannot be looked up is 502 upstream_unavailable, and a retry with its key stores it once",
     Effect.gen(function*() {
-      const { node, proxy } = yield* nodeBehindProxy
-      const { conversationId, key } = yield* seedConversation(node.baseUrl)
-      const path = `/api/v1/conversations/${conversationId}/activities`
-      const headers = { "x-api-key": key, "x-idempotency-key": "unknown-outcome" }
+      const { conversationId, key, node, proxy } = yield* seededNodeBehindProxy
+      const keyed = { "x-idempotency-key": "unknown-outcome" }
+      const post = postText(node.baseUrl, key, conversationId, "in limbo", keyed)
       proxy.holdFrom("append_batch")
-      const pending = yield* Effect.fork(call(node.baseUrl, "POST", path, headers, { text: "in limbo" }))
+      const pending = yield* Effect.fork(post)
       // Past the write's deadline, before the append is looked up (10.5 s after the request).
       yield* Effect.sleep("7 seconds")
       proxy.blackhole()
@@ -163,15 +170,15 @@ describe.skipIf(serverUrl === undefined)("database outage", () => {
       expect(reply.code).toBe("upstream_unavailable")
       expect(reply.details).toEqual({ reason: "outcome_unknown" })
       proxy.restore()
-      const retried = yield* call(node.baseUrl, "POST", path, headers, { text: "in limbo" }).pipe(
+      const retried = yield* post.pipe(
         Effect.filterOrFail((answer) => answer.status === 201, () => "not yet"),
         Effect.retry(Schedule.spaced("500 millis").pipe(Schedule.upTo("30 seconds"))),
         Effect.orDie
       )
-      const again = yield* call(node.baseUrl, "POST", path, headers, { text: "in limbo" })
+      const again = yield* post
       expect((again.data as { id: string }).id).toBe((retried.data as { id: string }).id)
-      const stored = yield* call(node.baseUrl, "GET", path, { "x-api-key": key })
-      expect((stored.data as ReadonlyArray<{ text: string }>).map((a) => a.text)).toEqual(["in limbo"])
-    }).pipe(Effect.scoped, Effect.provide(TestDatabaseLive)), 120_000)
+      const stored = yield* storedActivities(node.baseUrl, key, conversationId)
+      expect(stored.map((a) => a.text)).toEqual(["in limbo"])
+    }))
 })
 
