@@ -1,5 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Fiber, Schedule, type Scope } from "effect"
+import Pg from "pg"
 import { spawnNode } from "./support/NodeProcess.js"
 import { tcpProxy } from "./support/TcpProxy.js"
 import { serverUrl, TestDatabase, TestDatabaseLive } from "./support/TestDatabase.js"
@@ -150,6 +151,28 @@ describe.skipIf(serverUrl === undefined)("database outage", () => {
         const replies = yield* Effect.forEach(others, (id) => append(id, `wave ${wave}`), { concurrency: "unbounded" })
         expect(replies.map((reply) => reply.status)).toEqual(others.map(() => 201))
       }
+      proxy.release()
+    }))
+
+  // A write of the conversation may still be in flight when the append is settled (its commit held
+  // up by PostgreSQL, which the test stands in for by holding the conversation's row): the look-up
+  // cannot tell yet, so the answer is 502, not a 503 that the commit could still prove wrong.
+  outageTest("an append settled while a write of its conversation is still in flight is 502 upstream_unavailable",
+    Effect.gen(function*() {
+      const { conversationId, key, node, proxy } = yield* seededNodeBehindProxy
+      proxy.holdFrom("append_batch")
+      const pending = yield* Effect.fork(postText(node.baseUrl, key, conversationId, "undecided"))
+      yield* Effect.sleep("7 seconds")
+      const holder = new Pg.Client({ connectionString: (yield* TestDatabase).url! })
+      yield* Effect.promise(async () => {
+        await holder.connect()
+        await holder.query("BEGIN")
+        await holder.query("SELECT 1 FROM conversations WHERE id = $1 FOR UPDATE", [conversationId])
+      })
+      const reply = yield* Fiber.join(pending)
+      yield* Effect.promise(() => holder.query("ROLLBACK").then(() => holder.end()))
+      expect(reply.status).toBe(502)
+      expect(reply.details).toEqual({ reason: "outcome_unknown" })
       proxy.release()
     }))
 

@@ -353,6 +353,21 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
     const findExisting = (conversationId: string, ids: ReadonlyArray<string>, keys: ReadonlyArray<string>) =>
       findActivities({ conversationId, ids, keys })
 
+    /**
+     * `findExisting` once no write of the conversation is in flight. A write holds the conversation's
+     * row from its head update to its commit, so waiting for that row first makes visible a commit
+     * PostgreSQL was still holding up (a stalled WAL flush); past `lockMs` this fails, and the
+     * outcome of such a write is not known yet.
+     */
+    const findSettled = (conversationId: string, ids: ReadonlyArray<string>, keys: ReadonlyArray<string>, lockMs: number) =>
+      sql.withTransaction(
+        sql`SELECT set_config('lock_timeout', ${`${lockMs}ms`}, true)`.pipe(
+          Effect.zipRight(sql`SELECT 1 FROM conversations WHERE id = ${conversationId} FOR SHARE`),
+          // A statement of its own: its snapshot is taken after the wait.
+          Effect.zipRight(findActivities({ conversationId, ids, keys }))
+        )
+      )
+
     const readRange = SqlSchema.findAll({
       Request: Schema.Struct({ conversationId: Schema.String, after: Schema.Number, limit: Schema.Number }),
       Result: ActivityFromRow,
@@ -381,7 +396,7 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
     const headOf = (conversationId: string) =>
       Effect.map(headsOf([conversationId]), (heads) => heads.get(conversationId) ?? 0)
 
-    return { write, findExisting, readAfter, headOf, headsOf } as const
+    return { write, findExisting, findSettled, readAfter, headOf, headsOf } as const
   })
 }) {}
 

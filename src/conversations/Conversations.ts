@@ -45,6 +45,8 @@ class Unanswered extends Data.TaggedError("Unanswered")<{}> {}
 const SETTLE_LOOKUP_TIMEOUT_MS = 600
 const SETTLE_LOOKUP_PAUSE_MS = 250
 const SETTLE_LOOKUP_BUDGET_MS = 1_500
+/** How long a look waits for a write of the conversation still in flight (its commit held up). */
+const SETTLE_LOCK_WAIT_MS = 500
 
 const notFound = (id: string) => new NotFound({ message: `conversation ${id} not found` })
 
@@ -81,10 +83,11 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
       Effect.suspend(() => Effect.sleep(Math.max(0, request.deadline + WRITE_SETTLED_AFTER_MS - Date.now()))).pipe(
         Effect.zipRight(
           // By the key too: a retry's own draft is new, and the append its key names may be stored.
-          store.findExisting(
+          store.findSettled(
             conversationId,
             [request.draft.id],
-            request.draft.idempotency_key === null ? [] : [request.draft.idempotency_key]
+            request.draft.idempotency_key === null ? [] : [request.draft.idempotency_key],
+            SETTLE_LOCK_WAIT_MS
           ).pipe(
             // Neither bound waits for the query's cancellation: on a silent connection that takes seconds.
             (lookUp) => answerWithin(lookUp, SETTLE_LOOKUP_TIMEOUT_MS, () => "slow" as const),
