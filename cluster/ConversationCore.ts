@@ -46,6 +46,9 @@ const REPLAY_PAGE = 500
 /** The 503 for a command past its deadline: where the time went decides the reason. */
 const lateFailure = (command: Command) => (command.arrivedLate ? clusterUnavailable() : databaseUnavailable())
 
+/** How long a look-up for late commands waits for a write of the conversation still in flight. */
+const LATE_LOCK_WAIT_MS = 500
+
 /** How long a round's read may take when its commands' deadlines have passed already. */
 const LATE_READ_MS = 1000
 
@@ -274,11 +277,26 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
       if (appends.length === 0) return writeDecided(current, decide(commands, current, [], now), attempt)
       const keys = appends.flatMap((d) => (d.idempotency_key === null ? [] : [d.idempotency_key]))
       const ids = appends.map((d) => d.id)
-      return Effect.flatMap(Effect.either(readFor(commands, store.findExisting(conversationId, ids, keys))), (existing) =>
+      // A late command's draft may be in a write still in flight (a commit held up): the look-up
+      // waits for the conversation's row first, and if it cannot, that draft's outcome is unknown.
+      const late = commands.some((c) => c.deadline < now)
+      const lookup = late
+        ? store.findSettled(conversationId, ids, keys, LATE_LOCK_WAIT_MS)
+        : store.findExisting(conversationId, ids, keys)
+      return Effect.flatMap(Effect.either(readFor(commands, lookup)), (existing) =>
         Either.isLeft(existing)
-          ? failAll(commands, databaseUnavailable())
+          ? failUnlookedUp(commands, now)
           : writeDecided(current, decide(commands, current, existing.right, now), attempt))
     }
+
+    /** A round's look-up failed: nothing of it was written now, but a late append may have been before. */
+    const failUnlookedUp = (commands: ReadonlyArray<Command>, now: number) =>
+      Effect.sync(() => {
+        for (const command of commands) {
+          if (command._tag === "Append" && command.deadline < now) command.done(Exit.fail(new WriteOutcomeUnknown()))
+          else (command.done as StatusDone)(Exit.fail(databaseUnavailable()))
+        }
+      })
 
     const round = (commands: ReadonlyArray<Command>, attempt: number): Effect.Effect<void> =>
       Effect.suspend(() => {
