@@ -249,7 +249,13 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
         if (slot.local > slot.written || (rewriteAll && slot.local > 0)) writes.push(slot)
         if (startedAt - slot.usedAt <= READ_WHILE_USED_MS) reads.push(slot)
       }
-      if (writes.length === 0 && reads.length === 0) return Effect.sync(() => (lastSyncAt = startedAt))
+      // Nothing to exchange: no statement, and nothing learned about the database (`false`).
+      if (writes.length === 0 && reads.length === 0) {
+        return Effect.sync(() => {
+          lastSyncAt = startedAt
+          return false
+        })
+      }
       const counts = writes.map((slot) => slot.local)
       const w = windowColumns(writes)
       const r = windowColumns(reads)
@@ -281,6 +287,7 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
           }
           // A failed sync leaves it: while the database is away, decisions are local.
           lastSyncAt = startedAt
+          return true
         })
       )
     })
@@ -295,8 +302,8 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
               Effect.sync(() => (failing = true)),
               Effect.logWarning("rate limit sync failed; counting locally until it succeeds", cause)
             ),
-          onSuccess: () =>
-            failing
+          onSuccess: (reachedDatabase) =>
+            failing && reachedDatabase
               ? Effect.zipRight(Effect.sync(() => (failing = false)), Effect.logInfo("rate limit sync recovered"))
               : Effect.void
         }),
