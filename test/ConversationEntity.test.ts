@@ -1,9 +1,8 @@
 import { expect, layer } from "@effect/vitest"
 import { SqlClient } from "@effect/sql"
 import { Effect, Fiber } from "effect"
-import Pg from "pg"
 import { ConversationEntity } from "../cluster/ConversationEntity.js"
-import { query, serverUrl, TestDatabase } from "./support/TestDatabase.js"
+import { holdConversationRow, query, serverUrl } from "./support/TestDatabase.js"
 import { messageDraft, storedTexts, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { TestNodeLive } from "./support/TestNode.js"
 
@@ -29,15 +28,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
       Effect.gen(function*() {
         const { conversationId, tenant } = yield* tenantWithConversation
         const entity = yield* ConversationEntity.client
-        const holder = new Pg.Client({ connectionString: (yield* TestDatabase).url! })
-        yield* Effect.acquireRelease(
-          Effect.promise(async () => {
-            await holder.connect()
-            await holder.query("BEGIN")
-            await holder.query("SELECT 1 FROM conversations WHERE id = $1 FOR UPDATE", [conversationId])
-          }),
-          () => Effect.promise(() => holder.query("ROLLBACK").then(() => holder.end()))
-        )
+        yield* holdConversationRow(conversationId)
         const error = yield* Effect.flip(
           entity(conversationId).Append({ tenantId: tenant.id, draft: messageDraft("undecided"), deadline: Date.now() - 1 })
         )

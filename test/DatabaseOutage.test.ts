@@ -1,9 +1,8 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Fiber, Schedule, type Scope } from "effect"
-import Pg from "pg"
 import { spawnNode } from "./support/NodeProcess.js"
 import { tcpProxy } from "./support/TcpProxy.js"
-import { serverUrl, TestDatabase, TestDatabaseLive } from "./support/TestDatabase.js"
+import { holdConversationRow, serverUrl, TestDatabase, TestDatabaseLive } from "./support/TestDatabase.js"
 import { ADMIN_TOKEN } from "./support/TestNode.js"
 
 /** What the API answered: the status, the envelope's code if any, the data if any, and how long it took. */
@@ -163,14 +162,7 @@ describe.skipIf(serverUrl === undefined)("database outage", () => {
       proxy.holdFrom("append_batch")
       const pending = yield* Effect.fork(postText(node.baseUrl, key, conversationId, "undecided"))
       yield* Effect.sleep("7 seconds")
-      const holder = new Pg.Client({ connectionString: (yield* TestDatabase).url! })
-      yield* Effect.promise(async () => {
-        await holder.connect()
-        await holder.query("BEGIN")
-        await holder.query("SELECT 1 FROM conversations WHERE id = $1 FOR UPDATE", [conversationId])
-      })
-      const reply = yield* Fiber.join(pending)
-      yield* Effect.promise(() => holder.query("ROLLBACK").then(() => holder.end()))
+      const reply = yield* Effect.scoped(Effect.zipRight(holdConversationRow(conversationId), Fiber.join(pending)))
       expect(reply.status).toBe(502)
       expect(reply.details).toEqual({ reason: "outcome_unknown" })
       proxy.release()

@@ -55,3 +55,20 @@ export const query = <Row extends object = Record<string, unknown>>(text: string
     Effect.map((rows) => rows as ReadonlyArray<Row> as Array<Row>),
     Effect.orDie
   )
+
+/**
+ * Holds the conversation's row locked, as a write whose commit is still in flight does, until the
+ * scope closes (then rolls back). Needs a server: the embedded database has one session.
+ */
+export const holdConversationRow = (conversationId: string) =>
+  Effect.flatMap(TestDatabase, ({ url }) => {
+    const holder = new Pg.Client({ connectionString: url! })
+    return Effect.acquireRelease(
+      Effect.promise(async () => {
+        await holder.connect()
+        await holder.query("BEGIN")
+        await holder.query("SELECT 1 FROM conversations WHERE id = $1 FOR UPDATE", [conversationId])
+      }),
+      () => Effect.promise(() => holder.query("ROLLBACK").then(() => holder.end()))
+    )
+  })
