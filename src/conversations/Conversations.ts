@@ -111,7 +111,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
           Option.isNone(found)
             ? Effect.fail(
               new OutcomeUnknown({
-                message: "the outcome of this append is unknown (the database did not answer); retry with the same x-idempotency-key"
+                message: "the outcome of this append is unknown (its write could not be confirmed in time); retry with the same x-idempotency-key"
               })
             )
             : found.value.length > 0
