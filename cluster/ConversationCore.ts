@@ -46,9 +46,6 @@ const REPLAY_PAGE = 500
 /** The 503 for a command past its deadline: where the time went decides the reason. */
 const lateFailure = (command: Command) => (command.arrivedLate ? clusterUnavailable() : databaseUnavailable())
 
-/** How long a look-up for late commands waits for a write of the conversation still in flight. */
-const LATE_LOCK_WAIT_MS = 500
-
 /** How long a round's read may take when its commands' deadlines have passed already. */
 const LATE_READ_MS = 1000
 
@@ -153,6 +150,19 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
       })
 
     /**
+     * Commands whose write failed or could not be decided: a 503 where nothing of the command can
+     * be stored; an append that `mayBeStored` gets "outcome unknown", settled by its caller (a
+     * status change is idempotent, so its 503 is safe to retry).
+     */
+    const failUnwritten = (commands: ReadonlyArray<Command>, mayBeStored: (command: Command) => boolean) =>
+      Effect.sync(() => {
+        for (const command of commands) {
+          if (command._tag === "Append" && mayBeStored(command)) command.done(Exit.fail(new WriteOutcomeUnknown()))
+          else (command.done as StatusDone)(Exit.fail(databaseUnavailable()))
+        }
+      })
+
+    /**
      * What a round does with its commands, given the conversation as loaded and what of them is
      * stored already: answers those it can at once, and collects the drafts to write as one group
      * with the commands waiting for them.
@@ -237,14 +247,8 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
             if ((written.left._tag === "SeqTaken" || written.left._tag === "KeyTaken") && attempt < MAX_CONFLICT_RETRIES) {
               return round(pending, attempt + 1)
             }
-            // A write that may have committed: appends are settled by their callers; a status change
-            // is idempotent, so its 503 is safe to retry.
             const open = written.left._tag === "WriteFailed" && isOutcomeUnknown(written.left.cause)
-            for (const command of pending) {
-              if (command._tag === "Append" && open) command.done(Exit.fail(new WriteOutcomeUnknown()))
-              else (command.done as StatusDone)(Exit.fail(databaseUnavailable()))
-            }
-            return Effect.void
+            return failUnwritten(pending, () => open)
           }
           const inserted = written.right
           const last = inserted[inserted.length - 1]!
@@ -281,22 +285,15 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
       // waits for the conversation's row first, and if it cannot, that draft's outcome is unknown.
       const late = commands.some((c) => c.deadline < now)
       const lookup = late
-        ? store.findSettled(conversationId, ids, keys, LATE_LOCK_WAIT_MS)
+        ? store.findSettled(conversationId, ids, keys)
         : store.findExisting(conversationId, ids, keys)
       return Effect.flatMap(Effect.either(readFor(commands, lookup)), (existing) =>
         Either.isLeft(existing)
-          ? failUnlookedUp(commands, now)
+          // Nothing was written now, but a late append may have been before.
+          ? failUnwritten(commands, (command) => command.deadline < now)
           : writeDecided(current, decide(commands, current, existing.right, now), attempt))
     }
 
-    /** A round's look-up failed: nothing of it was written now, but a late append may have been before. */
-    const failUnlookedUp = (commands: ReadonlyArray<Command>, now: number) =>
-      Effect.sync(() => {
-        for (const command of commands) {
-          if (command._tag === "Append" && command.deadline < now) command.done(Exit.fail(new WriteOutcomeUnknown()))
-          else (command.done as StatusDone)(Exit.fail(databaseUnavailable()))
-        }
-      })
 
     const round = (commands: ReadonlyArray<Command>, attempt: number): Effect.Effect<void> =>
       Effect.suspend(() => {

@@ -10,7 +10,12 @@ import type { Activity, ActivityDraft } from "../domain/Activity.js"
 import { isSensitiveKey, REDACTED, redactSensitive } from "../domain/Redaction.js"
 import { Metrics } from "../ops/Metrics.js"
 import { ACTIVITY_COLUMNS, ActivityFromRow } from "./ActivityRows.js"
-import { WRITE_CONNECT_TIMEOUT_MS, WRITE_QUERY_TIMEOUT_MS, WRITE_STATEMENT_TIMEOUT_MS } from "./WriteTimings.js"
+import {
+  IN_FLIGHT_WAIT_MS,
+  WRITE_CONNECT_TIMEOUT_MS,
+  WRITE_QUERY_TIMEOUT_MS,
+  WRITE_STATEMENT_TIMEOUT_MS
+} from "./WriteTimings.js"
 
 /** Another writer moved the conversation's head, or stored one of these ids or keys first. */
 export class SeqTaken extends Data.TaggedError("SeqTaken")<{ readonly conversationId: string }> {}
@@ -356,12 +361,12 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
     /**
      * `findExisting` once no write of the conversation is in flight. A write holds the conversation's
      * row from its head update to its commit, so waiting for that row first makes visible a commit
-     * PostgreSQL was still holding up (a stalled WAL flush); past `lockMs` this fails, and the
-     * outcome of such a write is not known yet.
+     * PostgreSQL was still holding up (a stalled WAL flush); past `IN_FLIGHT_WAIT_MS` this fails,
+     * and the outcome of such a write is not known yet.
      */
-    const findSettled = (conversationId: string, ids: ReadonlyArray<string>, keys: ReadonlyArray<string>, lockMs: number) =>
+    const findSettled = (conversationId: string, ids: ReadonlyArray<string>, keys: ReadonlyArray<string>) =>
       sql.withTransaction(
-        sql`SELECT set_config('lock_timeout', ${`${lockMs}ms`}, true)`.pipe(
+        sql`SELECT set_config('lock_timeout', ${`${IN_FLIGHT_WAIT_MS}ms`}, true)`.pipe(
           Effect.zipRight(sql`SELECT 1 FROM conversations WHERE id = ${conversationId} FOR SHARE`),
           // A statement of its own: its snapshot is taken after the wait.
           Effect.zipRight(findActivities({ conversationId, ids, keys }))

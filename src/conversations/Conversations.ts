@@ -45,8 +45,6 @@ class Unanswered extends Data.TaggedError("Unanswered")<{}> {}
 const SETTLE_LOOKUP_TIMEOUT_MS = 600
 const SETTLE_LOOKUP_PAUSE_MS = 250
 const SETTLE_LOOKUP_BUDGET_MS = 1_500
-/** How long a look waits for a write of the conversation still in flight (its commit held up). */
-const SETTLE_LOCK_WAIT_MS = 500
 
 const notFound = (id: string) => new NotFound({ message: `conversation ${id} not found` })
 
@@ -70,9 +68,10 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
     /**
      * The answer to an append left without one (no reply in time, the owner's connection lost, the
      * call interrupted by a shard moving, its write's connection broken after sending it): once no
-     * write of its draft can still commit (`WRITE_SETTLED_AFTER_MS` past its deadline), the draft is
-     * stored or never will be. So a 503 (`notStored`) still means nothing was stored, and a write
-     * whose answer was lost is answered. When the look-up gets no answer either, the outcome is
+     * write of its draft can still start (`WRITE_SETTLED_AFTER_MS` past its deadline) and none of its
+     * conversation is in flight (`findSettled`), the draft is stored or never will be. So a 503
+     * (`notStored`) still means nothing was stored, and a write whose answer was lost is answered.
+     * When the look-up gets no answer, or a write still holds the conversation, the outcome is
      * unknown: 502, not a 503.
      */
     const settleUnanswered = (
@@ -86,8 +85,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
           store.findSettled(
             conversationId,
             [request.draft.id],
-            request.draft.idempotency_key === null ? [] : [request.draft.idempotency_key],
-            SETTLE_LOCK_WAIT_MS
+            request.draft.idempotency_key === null ? [] : [request.draft.idempotency_key]
           ).pipe(
             // Neither bound waits for the query's cancellation: on a silent connection that takes seconds.
             (lookUp) => answerWithin(lookUp, SETTLE_LOOKUP_TIMEOUT_MS, () => "slow" as const),

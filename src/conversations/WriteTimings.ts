@@ -12,5 +12,10 @@ export const WRITE_CONNECT_TIMEOUT_MS = 2_000
 export const WRITE_STATEMENT_TIMEOUT_MS = 2_000
 export const WRITE_QUERY_TIMEOUT_MS = WRITE_STATEMENT_TIMEOUT_MS + 1_000
 export const WRITE_SETTLED_AFTER_MS = WRITE_CONNECT_TIMEOUT_MS + WRITE_QUERY_TIMEOUT_MS + 500
+/**
+ * How long a look-up of drafts that may be stored waits for a write of their conversation still in
+ * flight (a commit PostgreSQL holds up); past it their outcome is unknown.
+ */
+export const IN_FLIGHT_WAIT_MS = 500
 /** How long a caller waits for the owner's answer before settling the append itself. */
 export const ANSWER_TIMEOUT_MS = 8_000

@@ -131,14 +131,14 @@ const ClientLive = Layer.unwrapEffect(Effect.map(DatabasePool, ({ pool }) => cli
 
 /**
  * A client of its own `connections` for short statements that reach their rows by key (the activity
- * writer, the rate-limit counters): a statement that goes unanswered closes its connection, so one
- * stalled backend or link never holds up the next statement. PostgreSQL
- * cancels a statement after `timeouts.statementMs`, so a write commits within that time or not at
- * all; sequential scans are priced out, so a statement over a small or freshly updated table
- * still goes through its indexes (a scan per write grows with the table, and updated rows leave
- * dead versions to visit); and prepared statements keep their generic plan instead of being
- * planned again on every call when the values make a custom plan look cheaper. Its pool is returned for metrics. On the embedded database (one session
- * for everything) it is the node's client, unbounded, and has no pool of its own.
+ * writer, the rate-limit counters). PostgreSQL cancels a statement after `timeouts.statementMs`; one
+ * left without an answer for `timeouts.queryMs` closes its connection, so a stalled backend or link
+ * never holds up the next statement. Sequential scans are priced out, so a statement over a small
+ * or freshly updated table still goes through its indexes (a scan per write grows with the table,
+ * and updated rows leave dead versions to visit); prepared statements keep their generic plan
+ * instead of being planned again whenever the values make a custom plan look cheaper. Its pool is
+ * returned for metrics. On the embedded database (one session for everything) it is the node's
+ * client, unbounded, with no pool of its own.
  */
 export const boundedClient = (
   connections: number,

@@ -15,6 +15,7 @@ type Query = (config: unknown, values?: unknown, callback?: unknown) => unknown
  * plans them once per connection instead of on every call. Only the hot statements are marked
  * (a statement per append batch and per key lookup batch, where planning measured about a third
  * of the database's time); naming every statement would let prepared plans pile up per connection.
+ * It also closes itself after a `query_timeout` (below), so that its pool drops it.
  */
 export class PreparingClient extends Pg.Client {}
 
