@@ -1,5 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Fiber, Schedule } from "effect"
+import Pg from "pg"
+import { SETUP_LOCK } from "../src/db/SetupLock.js"
 import { spawnNode } from "./support/NodeProcess.js"
 import { serverUrl, TestDatabase, TestDatabaseLive } from "./support/TestDatabase.js"
 
@@ -15,5 +17,37 @@ describe.skipIf(serverUrl === undefined)("cluster start", () => {
         Effect.promise(() => fetch(`${node.baseUrl}/health/ready`).then((r) => r.status)))
       expect(answers).toEqual([200, 200, 200])
       for (const node of nodes) expect(node.child.exitCode).toBeNull()
+    }).pipe(Effect.scoped, Effect.provide(TestDatabaseLive)), 120_000)
+
+  // Waiting for another node's setup (its migrations may take minutes) is not a statement that
+  // runs too long: the setup lock and migrations are not bound by the statement timeout.
+  it.live("a node waits for another's setup longer than the statement timeout, then starts", () =>
+    Effect.gen(function*() {
+      const db = yield* TestDatabase
+      const holder = yield* Effect.acquireRelease(
+        Effect.promise(async () => {
+          const client = new Pg.Client({ connectionString: db.url! })
+          await client.connect()
+          await client.query("SELECT pg_advisory_lock($1)", [SETUP_LOCK])
+          return client
+        }),
+        (client) => Effect.promise(() => client.end())
+      )
+      const starting = yield* Effect.fork(spawnNode("A", { DATABASE_URL: db.url!, DATABASE_STATEMENT_TIMEOUT_MS: "1000" }))
+      // Once the node waits for the lock, it keeps waiting past its 1 s statement timeout.
+      yield* Effect.promise(() =>
+        holder.query("SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 AND NOT granted", [
+          SETUP_LOCK
+        ])
+      ).pipe(
+        Effect.filterOrFail((result) => result.rows[0].n > 0, () => "not waiting yet"),
+        Effect.retry(Schedule.spaced("100 millis").pipe(Schedule.upTo("60 seconds"))),
+        Effect.orDie
+      )
+      yield* Effect.sleep("3 seconds")
+      expect(starting.unsafePoll()).toBeNull()
+      yield* Effect.promise(() => holder.query("SELECT pg_advisory_unlock($1)", [SETUP_LOCK]))
+      const node = yield* Fiber.join(starting)
+      expect(node.child.exitCode).toBeNull()
     }).pipe(Effect.scoped, Effect.provide(TestDatabaseLive)), 120_000)
 })

@@ -73,6 +73,7 @@ describe("AppConfig", () => {
         port: 4000,
         host: "0.0.0.0",
         databaseUrl: Option.none(),
+        databaseStatementTimeoutMs: 10000,
         dataDir: "./data",
         adminApiToken: Option.none(),
         tokenSigningKey: Option.none(),

@@ -103,6 +103,40 @@ describe.skipIf(serverUrl === undefined)("database outage", () => {
       expect(after.status).toBe(200)
     }))
 
+  // Open connections stay open and go silent (a frozen host, a link that drops everything): no
+  // error ever arrives, so only the node's own limits end the wait.
+  outageTest("a database that stops answering: readiness says so at once, reads are 503 within the statement timeout, the node recovers",
+    Effect.gen(function*() {
+      const db = yield* TestDatabase
+      const url = new URL(db.url!)
+      const proxy = yield* tcpProxy({ host: url.hostname, port: Number(url.port || 5432) })
+      url.host = `127.0.0.1:${proxy.port}`
+      const node = yield* spawnNode("A", { DATABASE_URL: url.toString(), DATABASE_STATEMENT_TIMEOUT_MS: "1500" })
+      const { tenantId } = yield* seedConversation(node.baseUrl)
+
+      proxy.freeze()
+      const [ready, read] = yield* Effect.all([
+        call(node.baseUrl, "GET", "/health/ready", {}),
+        call(node.baseUrl, "GET", `/api/v1/admin/tenants/${tenantId}`, admin)
+      ], { concurrency: "unbounded" })
+      expect(ready.status).toBe(503)
+      // The probe's own 1 s, not the time a cancellation takes to reach a silent server.
+      expect(ready.ms).toBeLessThan(2_500)
+      expect(read.status).toBe(503)
+      expect(read.code).toBe("unavailable")
+      // 1.5 s for the statement, then the node's margin for an answer that never comes.
+      expect(read.ms).toBeLessThan(6_000)
+
+      proxy.restore()
+      const after = yield* call(node.baseUrl, "GET", `/api/v1/admin/tenants/${tenantId}`, admin).pipe(
+        Effect.filterOrFail((reply) => reply.status === 200, () => "not yet"),
+        Effect.retry(Schedule.spaced("500 millis").pipe(Schedule.upTo("30 seconds"))),
+        Effect.orDie
+      )
+      expect(after.status).toBe(200)
+      expect((yield* call(node.baseUrl, "GET", "/health/ready", {})).status).toBe(200)
+    }))
+
   // The connection breaks after the batch statement reached PostgreSQL: it commits, and the node
   // never hears so. The append must not be answered 503 (a client without a key would repeat it).
   outageTest("an append whose write committed but whose answer was lost is answered 201 with it",

@@ -179,6 +179,7 @@ export class AppConfig extends Effect.Service<AppConfig>()("parley/AppConfig", {
     port,
     host: hostSetting("HOST", "0.0.0.0"),
     databaseUrl,
+    databaseStatementTimeoutMs: millis("DATABASE_STATEMENT_TIMEOUT_MS", 10000),
     dataDir: stringSetting("DATA_DIR", "./data"),
     adminApiToken: secret("ADMIN_API_TOKEN", 32, true),
     adminIpAllowlist: cidrList("ADMIN_IP_ALLOWLIST", "127.0.0.1/8,::1/128"),

@@ -11,10 +11,13 @@ import { MeasuredPool } from "./MeasuredPool.js"
 import { PreparingClient } from "./PreparedStatements.js"
 import { parseTimestamptz } from "./Timestamp.js"
 
-/** The node's connection pool, for readiness and metrics. */
+/**
+ * The node's connection pool, for readiness and metrics, and the pool of setup work (the setup
+ * lock, migrations), whose statements may wait and run as long as they need.
+ */
 export class DatabasePool extends Context.Tag("parley/DatabasePool")<
   DatabasePool,
-  { readonly pool: MeasuredPool; readonly embedded: boolean }
+  { readonly pool: MeasuredPool; readonly setupPool: MeasuredPool; readonly embedded: boolean }
 >() {}
 
 const TIMESTAMPTZ_OID = 1184
@@ -30,6 +33,14 @@ const types: Pg.CustomTypesConfig = {
 const POOL_SIZE = 10
 /** A connection that cannot be opened in this time fails its request (503) instead of holding it. */
 const CONNECT_TIMEOUT_MS = 5000
+/**
+ * How much longer than `DATABASE_STATEMENT_TIMEOUT_MS` the node waits for an answer before it
+ * closes the connection: the server's cancellation has to arrive first whenever it can.
+ */
+const ANSWER_MARGIN_MS = 2000
+/** The setup lock's session and the migrator's; closed when idle, as setup happens once. */
+const SETUP_POOL_SIZE = 2
+const SETUP_IDLE_MS = 1000
 // PGlite runs every connection in one session, so concurrent transactions would interleave in it:
 // one connection makes the pool serialise them.
 const EMBEDDED_POOL_SIZE = 1
@@ -106,12 +117,26 @@ const PoolLive = Layer.scoped(
   Effect.gen(function*() {
     const config = yield* AppConfig
     if (Option.isSome(config.databaseUrl)) {
+      const server = serverOptions(config, config.databaseUrl.value)
+      // Statements that run too long are cancelled, and a connection that goes silent (a frozen
+      // host, a dead link: no error ever arrives) is closed, so a request ends in 503 and the
+      // pool reconnects instead of waiting until TCP gives up, many minutes later.
       const pool = yield* acquirePool({
-        ...serverOptions(config, config.databaseUrl.value),
+        ...server,
         max: POOL_SIZE,
-        connectionTimeoutMillis: CONNECT_TIMEOUT_MS
+        connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
+        statement_timeout: config.databaseStatementTimeoutMs,
+        query_timeout: config.databaseStatementTimeoutMs + ANSWER_MARGIN_MS,
+        keepAlive: true
       })
-      return { pool, embedded: false }
+      const setupPool = yield* acquirePool({
+        ...server,
+        max: SETUP_POOL_SIZE,
+        idleTimeoutMillis: SETUP_IDLE_MS,
+        connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
+        keepAlive: true
+      })
+      return { pool, setupPool, embedded: false }
     }
     const port = yield* embeddedServer(config.dataDir)
     const pool = yield* acquirePool({
@@ -121,13 +146,16 @@ const PoolLive = Layer.scoped(
       database: "postgres",
       max: EMBEDDED_POOL_SIZE
     })
-    return { pool, embedded: true }
+    return { pool, setupPool: pool, embedded: true }
   })
 )
 
 const clientLayer = (pool: Pg.Pool) => PgClient.layerFromPool({ acquire: Effect.succeed(pool), types })
 
 const ClientLive = Layer.unwrapEffect(Effect.map(DatabasePool, ({ pool }) => clientLayer(pool)))
+
+/** `SqlClient` on the setup pool, for migrations: a migration is not bound by the statement timeout. */
+export const SetupClientLive = Layer.unwrapEffect(Effect.map(DatabasePool, ({ setupPool }) => clientLayer(setupPool)))
 
 /**
  * A client of its own `connections` for short statements that reach their rows by key (the activity

@@ -1,6 +1,7 @@
 import { NodeContext } from "@effect/platform-node"
 import { PgMigrator } from "@effect/sql-pg"
 import { Layer } from "effect"
+import { SetupClientLive } from "./Database.js"
 import { oneNodeAtATime } from "./SetupLock.js"
 import foundation from "../../migrations/0001_foundation.js"
 import rateLimitCounters from "../../migrations/0002_rate_limit_counters.js"
@@ -21,8 +22,9 @@ export const migrations = {
 
 /**
  * Applies pending migrations at start. PgMigrator locks its table while it migrates, but creates
- * that table unguarded: nodes starting together take turns under the setup lock.
+ * that table unguarded: nodes starting together take turns under the setup lock. Migrations run on
+ * the setup pool, so a long one is not cancelled by the statement timeout.
  */
 export const MigrationsLive = oneNodeAtATime(PgMigrator.layer({
   loader: PgMigrator.fromRecord(migrations)
-})).pipe(Layer.provide(NodeContext.layer))
+}).pipe(Layer.provide(SetupClientLive))).pipe(Layer.provide(NodeContext.layer))

@@ -3,21 +3,22 @@ import { Effect, Layer } from "effect"
 import { DatabasePool } from "./Database.js"
 
 /** The advisory lock nodes take while they set up shared storage (distinct from the shard locks). */
-const SETUP_LOCK = 7_340_001
+export const SETUP_LOCK = 7_340_001
 
 /**
  * Builds `layer` while holding a database-wide advisory lock, so nodes started together on a new
  * database set up their tables one after another. Both the migrator (its bookkeeping table) and the
  * cluster's SQL storage create tables outside any lock of their own; racing there, a node died on a
- * duplicate type. The lock is held on one connection of the pool, only while the layer starts. The
- * embedded database serves one node, which takes no lock.
+ * duplicate type. The lock is held on a connection of the setup pool (waiting for it is not bound
+ * by the statement timeout), only while the layer starts. The embedded database serves one node,
+ * which takes no lock.
  */
 export const oneNodeAtATime = <ROut, E, RIn>(layer: Layer.Layer<ROut, E, RIn>) =>
   Layer.scopedContext(Effect.gen(function*() {
-    const { embedded, pool } = yield* DatabasePool
+    const { embedded, setupPool } = yield* DatabasePool
     if (embedded) return yield* Layer.build(layer)
     const connect = Effect.tryPromise({
-      try: () => pool.connect(),
+      try: () => setupPool.connect(),
       catch: (cause) => new SqlError({ cause, message: "cannot open a connection for the setup lock" })
     })
     // The connection goes back to the pool once the layer has started; the layer lives on.

@@ -34,8 +34,11 @@ export class Readiness extends Effect.Service<Readiness>()("parley/Readiness", {
     const lifecycle = yield* Lifecycle
     const jobs = yield* JobRunner
 
+    // Disconnected: on a silent server, the interrupted query's cancellation takes seconds to
+    // give up, and the probe answers without waiting for it.
     const probe = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
       effect.pipe(
+        Effect.disconnect,
         Effect.timeout(DATABASE_TIMEOUT),
         Effect.exit,
         Effect.map((exit): Check => Exit.isSuccess(exit) ? "ok" : "error")

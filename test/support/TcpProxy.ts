@@ -9,8 +9,13 @@ export interface TcpProxy {
   readonly port: number
   /** From now on new connections are accepted and left without an answer; open ones are cut. */
   readonly blackhole: () => void
-  /** Forwards new connections again. */
+  /** Forwards new connections again; after `freeze`, delivers what was held and forwards again. */
   readonly restore: () => void
+  /**
+   * From now on nothing is delivered in either direction, on open and new connections alike, and
+   * nothing is cut: a database that stopped answering (a frozen host, a silent link).
+   */
+  readonly freeze: () => void
   /**
    * The next connection to send bytes containing `marker` delivers them, gets no answer back and
    * is closed shortly after: the server has done the work, the client never hears of it.
@@ -31,6 +36,9 @@ export const tcpProxy = (target: { readonly host: string; readonly port: number 
     Effect.async<{ readonly proxy: TcpProxy; readonly server: Net.Server; readonly sockets: Set<Net.Socket> }>((resume) => {
       const sockets = new Set<Net.Socket>()
       let forwarding = true
+      let frozen = false
+      // While frozen, each connection's bytes wait here in order, per direction.
+      const thawing = new Set<() => void>()
       const track = (socket: Net.Socket) => {
         sockets.add(socket)
         socket.on("close", () => sockets.delete(socket))
@@ -46,6 +54,11 @@ export const tcpProxy = (target: { readonly host: string; readonly port: number 
         track(upstream)
         let muted = false
         let held: Array<Buffer> | undefined
+        /** Writes `chunk` to `to` now, or once the proxy thaws. */
+        const pass = (to: Net.Socket, chunk: Buffer) => {
+          if (frozen) thawing.add(() => to.write(chunk))
+          else to.write(chunk)
+        }
         client.on("data", (chunk: Buffer) => {
           if (holdMarker !== undefined && chunk.includes(holdMarker)) {
             holdMarker = undefined
@@ -59,7 +72,7 @@ export const tcpProxy = (target: { readonly host: string; readonly port: number 
             held.push(chunk)
             return
           }
-          upstream.write(chunk)
+          pass(upstream, chunk)
           if (marker !== undefined && chunk.includes(marker)) {
             marker = undefined
             muted = true
@@ -67,7 +80,7 @@ export const tcpProxy = (target: { readonly host: string; readonly port: number 
           }
         })
         upstream.on("data", (chunk: Buffer) => {
-          if (!muted) client.write(chunk)
+          if (!muted) pass(client, chunk)
         })
         client.on("close", () => upstream.destroy())
         upstream.on("close", () => client.destroy())
@@ -81,6 +94,12 @@ export const tcpProxy = (target: { readonly host: string; readonly port: number 
           },
           restore: () => {
             forwarding = true
+            frozen = false
+            for (const deliver of thawing) deliver()
+            thawing.clear()
+          },
+          freeze: () => {
+            frozen = true
           },
           loseAnswerTo: (text) => {
             marker = text
