@@ -151,6 +151,34 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
         expect(yield* countActivities(conversationId)).toBe(0)
       }))
 
+    it.effect("lengths in characters count code points: 256 emoji are a label or a sender, 257 are not", () =>
+      Effect.gen(function*() {
+        const { conversationId, key } = yield* tenantWithConversation
+        const emoji = (n: number) => "😀".repeat(n)
+        const post = (body: unknown) => tenantApi(key, "POST", `/conversations/${conversationId}/activities`, body)
+        const accepted = [
+          { text: "x", sender: emoji(256) },
+          { message_type: "card", payload: { title: emoji(256) } },
+          { message_type: "buttons", payload: { buttons: [{ label: emoji(256), value: emoji(1024) }] } }
+        ]
+        for (const body of accepted) expect((yield* post(body)).status, JSON.stringify(body).slice(0, 60)).toBe(201)
+        const refused: Array<[unknown, string, string]> = [
+          [{ text: "x", sender: emoji(257) }, "sender", "must be a string of 1 to 256 characters"],
+          [{ message_type: "card", payload: { title: emoji(257) } }, "payload", "title: Expected a string of 1 to 256 character(s)"],
+          [
+            { message_type: "buttons", payload: { buttons: [{ label: "ok", value: emoji(1025) }] } },
+            "payload",
+            "buttons.0.value: Expected a string of at most 1024 character(s)"
+          ]
+        ]
+        for (const [body, field, message] of refused) {
+          const reply = yield* post(body)
+          expect(reply.status).toBe(422)
+          expect(reply.body.error.details[field]).toEqual([message])
+        }
+        expect(yield* countActivities(conversationId)).toBe(accepted.length)
+      }))
+
     it.effect("attachments keep only documented keys; typed messages fill text", () =>
       Effect.gen(function*() {
         const { conversationId, key } = yield* tenantWithConversation
@@ -346,6 +374,12 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
           expect(reply.headers.get("link")).toContain(`rel="deprecation"`)
         }
         expect((yield* tenantApi(key, "GET", `${path}?watermark=3`)).headers.get("deprecation")).toBeNull()
+        // A use of the opaque form is marked when the position it names is refused too; garbage is not a use.
+        const foreign = yield* tenantApi(key, "GET", `${path}?watermark=${Buffer.from(crypto.randomUUID()).toString("base64url")}`)
+        expect(foreign.status).toBe(400)
+        expect(foreign.body.error.code).toBe("invalid_watermark")
+        expect(foreign.headers.get("deprecation")).toMatch(/^@\d+$/)
+        expect((yield* tenantApi(key, "GET", `${path}?watermark=%25%25%25`)).headers.get("deprecation")).toBeNull()
         const empty = (yield* tenantApi(key, "GET", `${path}?watermark=5`)).body
         expect(empty).toEqual({ data: [], meta: { watermark: 5, has_more: false, limit: 100 } })
         // Any exact integer is a position; past 2^53 - 1 a seq can no longer be told apart.

@@ -1,9 +1,11 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { TokenSigner } from "../src/auth/TokenSigner.js"
+import { MAX_JSON_BODY_BYTES } from "../src/http/EdgeRules.js"
 import { insertChannel, insertConversation, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
+import { rawRequest } from "./support/RawHttp.js"
 import { query } from "./support/TestDatabase.js"
-import { admin, createTenant, type Reply, request, TestNodeLive } from "./support/TestNode.js"
+import { admin, createTenant, type Reply, request, TestNode, TestNodeLive } from "./support/TestNode.js"
 import { TestSigner } from "./support/TestSigner.js"
 
 /** A client address of its own per test: `token_create` counts per address (the node trusts 127.0.0.1). */
@@ -22,6 +24,9 @@ const post = (
       ...options.headers
     }
   })
+
+const raw = (options: Parameters<typeof rawRequest>[1]) =>
+  Effect.flatMap(TestNode, ({ baseUrl }) => rawRequest(baseUrl, options))
 
 const expectError = (reply: Reply, status: number, code: string) => {
   expect({ status: reply.status, code: reply.body?.error?.code }).toEqual({ status, code })
@@ -258,6 +263,28 @@ layer(
         expect(yield* conversationCount(tenant.id)).toBe(before)
       }))
 
+    it.effect("a body over the size limit is an invalid body: 401, with a Content-Length and chunked; nothing stored", () =>
+      Effect.gen(function*() {
+        const { channel, tenant } = yield* tenantWithConversation
+        const before = yield* conversationCount(tenant.id)
+        const body = JSON.stringify({ metadata: { a: "x".repeat(MAX_JSON_BODY_BYTES) } })
+        const headers = { "content-type": "application/json", "x-channel-token": channel.secret, "x-forwarded-for": randomIp() }
+        const sized = yield* raw({
+          method: "POST",
+          path: "/api/v1/conversations",
+          headers: { ...headers, "content-length": String(Buffer.byteLength(body)) },
+          chunks: [body]
+        })
+        const chunks = Array.from({ length: Math.ceil(body.length / 65536) }, (_, i) => body.slice(i * 65536, (i + 1) * 65536))
+        const chunked = yield* raw({ method: "POST", path: "/api/v1/conversations", headers, chunks })
+        for (const reply of [sized, chunked]) {
+          expect(reply.status).toBe(401)
+          expect(JSON.parse(reply.text).error.code).toBe("unauthorized")
+          expect(reply.headers["deprecation"]).toMatch(/^@\d+$/)
+        }
+        expect(yield* conversationCount(tenant.id)).toBe(before)
+      }))
+
     it.effect("GET /api/v1/conversations on the same path still lists with x-api-key", () =>
       Effect.gen(function*() {
         const { channel, conversationId, key } = yield* tenantWithConversation
@@ -343,6 +370,18 @@ layer(
         const reply = yield* request("GET", "/api/v1/conversations", { headers: { "x-channel-token": channel.secret } })
         expectError(reply, 403, "forbidden")
         expectDeprecated(reply)
+      }))
+
+    it.effect("a request that also carries x-channel-token is marked, an append included", () =>
+      Effect.gen(function*() {
+        const { channel, conversationId, key } = yield* tenantWithConversation
+        const headers = { "x-api-key": key, "x-channel-token": channel.secret }
+        const appended = yield* request("POST", `/api/v1/conversations/${conversationId}/activities`, { headers, body: { text: "both" } })
+        expect(appended.status).toBe(201)
+        expectDeprecated(appended)
+        const listed = yield* request("GET", `/api/v1/conversations/${conversationId}/activities`, { headers })
+        expect(listed.status).toBe(200)
+        expectDeprecated(listed)
       }))
 
     it.effect("a key-authenticated request carries no deprecation headers", () =>

@@ -1,6 +1,7 @@
 import { Effect, Either, Schema } from "effect"
 import { ActivityType } from "../domain/Activity.js"
 import type { InvalidMessage } from "../domain/ApiError.js"
+import { exceedsCharacters } from "../domain/Characters.js"
 import { Problems } from "../domain/Problems.js"
 import { UNSTORABLE_PROBLEM, unstorablePath } from "../domain/Unstorable.js"
 import { checkPayload, MESSAGE_TYPE_NAME, textOf } from "../domain/TypedMessage.js"
@@ -91,7 +92,7 @@ export const checkActivity = (input: ActivityInput): Effect.Effect<CheckedActivi
 
     let sender = "user"
     if (input.sender !== undefined && input.sender !== null) {
-      if (typeof input.sender !== "string" || input.sender.length === 0 || input.sender.length > Limits.sender) {
+      if (typeof input.sender !== "string" || input.sender.length === 0 || exceedsCharacters(input.sender, Limits.sender)) {
         problems.add("sender", `must be a string of 1 to ${Limits.sender} characters`)
       } else if (containsUnstorable(input.sender)) problems.add("sender", UNSTORABLE_PROBLEM)
       else sender = input.sender

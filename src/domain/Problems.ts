@@ -1,16 +1,12 @@
 import { Effect } from "effect"
 import { type FieldErrors, InvalidMessage, ValidationFailed } from "./ApiError.js"
+import { exceedsCharacters } from "./Characters.js"
 
 /** The longest name of any resource, in characters (code points), as the name columns count them. */
 const MAX_NAME_CHARACTERS = 200
 
 /** Whether a name is longer than names may be; "😀" is one character, not two UTF-16 units. */
-export const isNameTooLong = (name: string): boolean => {
-  if (name.length <= MAX_NAME_CHARACTERS) return false
-  let characters = 0
-  for (const _ of name) if (++characters > MAX_NAME_CHARACTERS) return true
-  return false
-}
+export const isNameTooLong = (name: string): boolean => exceedsCharacters(name, MAX_NAME_CHARACTERS)
 
 export const NAME_TOO_LONG = `must be at most ${MAX_NAME_CHARACTERS} characters`
 

@@ -1,14 +1,15 @@
 import { Either, ParseResult, Schema } from "effect"
+import { Characters } from "./Characters.js"
 
 /** A field that may be left out; when present it must match (JSON has no `undefined`). */
 const optional = <S extends Schema.Schema.Any>(schema: S) => Schema.optionalWith(schema, { exact: true })
 
-const Label = Schema.String.pipe(Schema.minLength(1), Schema.maxLength(256))
-const Url = Schema.String.pipe(Schema.pattern(/^https?:\/\/\S+$/), Schema.maxLength(2048))
+const Label = Characters(1, 256)
+const Url = Characters(0, 2048).pipe(Schema.pattern(/^https?:\/\/\S+$/))
 
 const Button = Schema.Struct({
   label: Label,
-  value: optional(Schema.String.pipe(Schema.maxLength(1024))),
+  value: optional(Characters(0, 1024)),
   url: optional(Url)
 })
 const Buttons = Schema.Array(Button).pipe(Schema.minItems(1), Schema.maxItems(20))

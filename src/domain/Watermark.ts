@@ -45,8 +45,11 @@ export const decodeWatermark = (input: unknown): Either.Either<Position, string>
   return Either.left("malformed watermark")
 }
 
-/** Whether a watermark is one of the deprecated opaque forms (Base64), not the plain integer seq. */
-export const isOpaqueWatermark = (input: string): boolean => !/^\d+$/.test(input)
+/**
+ * Whether a watermark is one of the deprecated opaque forms (Base64), not the plain integer seq:
+ * a use of the deprecated form even when the position it names is refused.
+ */
+export const isOpaqueWatermark = (input: string): boolean => !/^\d+$/.test(input) && Either.isRight(decodeWatermark(input))
 
 /** The opaque form still emitted by the legacy Phoenix `activitySet` frame. */
 export const opaqueWatermark = (seq: number): string => Buffer.from(`seq:${seq}`).toString("base64url")

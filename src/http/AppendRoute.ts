@@ -65,8 +65,10 @@ const readBody = (text: string): ActivityInput | string => {
 const claimable = (request: AbandonableRequest): string | undefined => {
   if (request.method !== "POST") return undefined
   const headers = request.headers
-  // Channel tokens (deprecated) and unusual requests take the router's way, with its answers.
-  if (headers["x-api-key"] === undefined || !acceptsJson(headers["accept"])) return undefined
+  // Channel tokens (deprecated: the router marks every answer to one) and unusual requests take
+  // the router's way, with its answers.
+  if (headers["x-api-key"] === undefined || headers["x-channel-token"] !== undefined) return undefined
+  if (!acceptsJson(headers["accept"])) return undefined
   if (!isJsonContentType(headers["content-type"])) return undefined
   if (Number(headers["content-length"] ?? "0") > MAX_JSON_BODY_BYTES) return undefined
   const url = request.url ?? ""

@@ -56,10 +56,10 @@ export const ConversationsHandlers = HttpApiBuilder.group(ParleyApi, "conversati
         Effect.gen(function*() {
           const credential = yield* requireScope("read")
           const limit = yield* parseLimit(urlParams.limit, 100, 1000)
-          const page = yield* conversations.activities(credential, path.id, urlParams.watermark, limit)
           if (urlParams.watermark !== undefined && isOpaqueWatermark(urlParams.watermark)) {
             yield* markDeprecated("opaque watermark")
           }
+          const page = yield* conversations.activities(credential, path.id, urlParams.watermark, limit)
           return { data: page.items, meta: { watermark: page.watermark, has_more: page.hasMore, limit } }
         }))
   }))

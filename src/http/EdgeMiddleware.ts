@@ -8,6 +8,7 @@ import { logsAtDebug } from "../ops/LogLevels.js"
 import { Metrics } from "../ops/Metrics.js"
 import {
   acceptsJson,
+  isBodyTooLarge,
   isWireError,
   MAX_JSON_BODY_BYTES,
   REQUEST_BODY_TOO_LARGE,
@@ -18,8 +19,8 @@ import {
 } from "./EdgeRules.js"
 import { DEPRECATION_HEADERS, logDeprecatedUse } from "./DeprecationsPage.js"
 import { envelopeBody, envelopeResponse, toBody } from "./ErrorEnvelope.js"
-import { refuseBody } from "./JsonBodyRules.js"
-import { legacyRoutes } from "./LegacyRoutes.js"
+import { answersOwnBody, refuseBody } from "./JsonBodyRules.js"
+import { INVALID_CREATE_BODY, legacyRoutes } from "./LegacyRoutes.js"
 import { RequestId, requestIdFrom } from "./RequestId.js"
 import { RouteTable } from "./RouteTable.js"
 
@@ -34,8 +35,13 @@ const payloadTooLarge = (requestId: string) =>
     "close"
   )
 
-const isBodyTooLarge = (error: HttpServerError.RequestError) =>
-  error.cause instanceof Error && error.cause.message === "maxBytes exceeded"
+/**
+ * The deprecated create maps every bad body to 401 (server-apis.md), one over the limit too. It is
+ * answered before the body is read, as the 413 is: answered late, after the server stopped
+ * reading, the client may see its connection reset before it reads the answer.
+ */
+const legacyBodyTooLarge = (requestId: string) =>
+  HttpServerResponse.setHeader(envelopeResponse(401, "unauthorized", INVALID_CREATE_BODY, null, requestId), "connection", "close")
 
 /**
  * The response for a failure that escaped the routes: the envelope with the right status, or a
@@ -137,7 +143,7 @@ export const EdgeMiddleware = HttpLayerRouter.middleware(
         const early = isApi && !acceptsJson(request.headers["accept"])
           ? envelopeResponse(406, "not_acceptable", "this API answers JSON only", null, requestId)
           : template !== undefined && contentLength > MAX_JSON_BODY_BYTES && !template.endsWith("/upload")
-          ? payloadTooLarge(requestId)
+          ? answersOwnBody(request.method, template) ? legacyBodyTooLarge(requestId) : payloadTooLarge(requestId)
           : template === undefined
           ? undefined
           : Option.getOrUndefined(Option.map(yield* refuseBody(request, template), ({ code, details, message, status }) =>

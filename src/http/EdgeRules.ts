@@ -46,6 +46,10 @@ export const REQUEST_BODY_UNREADABLE = "the request body could not be read or pa
 export const REQUEST_SHAPE_MISMATCH = "the request does not match the expected shape"
 export const REQUEST_BODY_TOO_LARGE = "request body too large"
 
+/** Whether a body read failed because the body is over the size limit set on the request. */
+export const isBodyTooLarge = (error: { readonly cause?: unknown }) =>
+  error.cause instanceof Error && error.cause.message === "maxBytes exceeded"
+
 /** Deepest nesting of arrays and objects a JSON body may have (deeper ones could exhaust the stack). */
 export const MAX_JSON_DEPTH = 100
 export const REQUEST_BODY_TOO_DEEP = `the request body nests deeper than ${MAX_JSON_DEPTH} levels`

@@ -26,7 +26,7 @@ const hasBody = (request: HttpServerRequest.HttpServerRequest) =>
  * The deprecated `POST /api/v1/conversations` maps every bad body to 401 (server-apis.md), after
  * its token check: it applies these rules itself.
  */
-const answersOwnBody = (method: string, template: string) => method === "POST" && template === "/api/v1/conversations"
+export const answersOwnBody = (method: string, template: string) => method === "POST" && template === "/api/v1/conversations"
 
 /** Management and admin bodies are validated per field (422 `validation_failed`). */
 const isResourceRoute = (template: string) => template.startsWith("/api/v1/manage/") || template.startsWith("/api/v1/admin/")

@@ -8,9 +8,10 @@ import { TokenSigner } from "../auth/TokenSigner.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { Conversations } from "../conversations/Conversations.js"
 import { BadRequest, ChannelInactive, Forbidden, Unauthorized } from "../domain/ApiError.js"
+import { Characters } from "../domain/Characters.js"
 import { RateLimiter } from "../ratelimit/RateLimiter.js"
 import { clientAddress } from "./ClientAddress.js"
-import { isJsonContentType, MAX_JSON_DEPTH, nestsDeeperThan } from "./EdgeRules.js"
+import { isBodyTooLarge, isJsonContentType, MAX_JSON_DEPTH, nestsDeeperThan } from "./EdgeRules.js"
 import type { RouteSpec } from "./RouteTable.js"
 
 /** The deprecated routes that take only `x-channel-token`, for the route table. */
@@ -21,13 +22,15 @@ export const legacyRoutes: ReadonlyArray<RouteSpec> = [
 
 const TokenRequest = Schema.Struct({
   conversation_id: Schema.UUID,
-  user_id: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(256))
+  user_id: Characters(1, 256)
 })
 
 const CreateConversationRequest = Schema.Struct({
   status: Schema.optionalWith(Schema.Literal("active", "closed"), { default: () => "active" as const }),
   metadata: Schema.optionalWith(Schema.Record({ key: Schema.String, value: Schema.Unknown }), { default: () => ({}) })
 })
+
+export const INVALID_CREATE_BODY = "invalid body: a JSON object whose status is active or closed, metadata an object"
 
 /** A body that is not JSON of the expected shape (or not JSON at all). */
 class InvalidBody extends Data.TaggedError("InvalidBody")<{}> {}
@@ -100,8 +103,10 @@ export const LegacyRoutes = HttpLayerRouter.addAll(Effect.gen(function*() {
       Effect.catchTag("CredentialChannelInactive", ({ message }) => Effect.fail(new ChannelInactive({ message })))
     )
     const body = yield* jsonBody(CreateConversationRequest).pipe(
+      // A body over the size limit is an invalid body too (its rest is never read).
+      Effect.catchIf((e) => e._tag === "RequestError" && isBodyTooLarge(e), () => Effect.fail(new InvalidBody())),
       Effect.catchTag("InvalidBody", () =>
-        Effect.fail(new Unauthorized({ message: "invalid body: a JSON object whose status is active or closed, metadata an object" })))
+        Effect.fail(new Unauthorized({ message: INVALID_CREATE_BODY })))
     )
     const data = yield* conversations.create({
       tenantId: channel.tenant_id,
