@@ -228,6 +228,16 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
         expect(target.edited_at).not.toBeNull()
         expect(target.deleted_at).not.toBeNull()
         expect(target.text).toBe("v1")
+        // Only messages are edited or deleted: an event, a reaction or the edit itself is not one.
+        const event = (yield* tenantApi(key, "POST", path, { type: "event", sender: "alice", metadata: { e: 1 } })).body.data
+        for (const targetId of [event.id, edit.body.data.id]) {
+          for (const type of ["messageUpdate", "messageDelete"]) {
+            const refused = yield* tenantApi(key, "POST", path, { type, text: "x", sender: "alice", reply_to_id: targetId })
+            expect(refused.status).toBe(422)
+            expect(refused.body.error.details.reply_to_id).toEqual(["only a message can be edited or deleted"])
+          }
+        }
+        expect((yield* tenantApi(key, "GET", path)).body.data).toHaveLength(4)
       }))
 
     it.effect("an unknown or foreign conversation is 404", () =>

@@ -172,6 +172,8 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
           onSome: (target) =>
             target.conversation_id !== conversationId.toLowerCase()
               ? Effect.fail("is not an activity of this conversation")
+              : (type === "messageUpdate" || type === "messageDelete") && target.type !== "message"
+              ? Effect.fail("only a message can be edited or deleted")
               : (type === "messageUpdate" || type === "messageDelete") && target.sender !== sender
               ? Effect.fail("cannot edit or delete someone else's message")
               : Effect.void
