@@ -60,18 +60,27 @@ const seedConversation = (baseUrl: string) =>
   })
 
 /** A node whose every database connection goes through a proxy the test controls. */
-const nodeBehindProxy = Effect.gen(function*() {
-  const db = yield* TestDatabase
-  const url = new URL(db.url!)
-  const proxy = yield* tcpProxy({ host: url.hostname, port: Number(url.port || 5432) })
-  url.host = `127.0.0.1:${proxy.port}`
-  const node = yield* spawnNode("A", { DATABASE_URL: url.toString() })
-  return { node, proxy }
-})
+const nodeBehindProxy = (env: Record<string, string> = {}) =>
+  Effect.gen(function*() {
+    const db = yield* TestDatabase
+    const url = new URL(db.url!)
+    const proxy = yield* tcpProxy({ host: url.hostname, port: Number(url.port || 5432) })
+    url.host = `127.0.0.1:${proxy.port}`
+    const node = yield* spawnNode("A", { ...env, DATABASE_URL: url.toString() })
+    return { node, proxy }
+  })
 
 /** `nodeBehindProxy` with a tenant and a conversation. */
-const seededNodeBehindProxy = Effect.flatMap(nodeBehindProxy, ({ node, proxy }) =>
+const seededNodeBehindProxy = Effect.flatMap(nodeBehindProxy(), ({ node, proxy }) =>
   Effect.map(seedConversation(node.baseUrl), (seeded) => ({ ...seeded, node, proxy })))
+
+/** Waits until the node reads the tenant again (the database is back). */
+const readsAgain = (baseUrl: string, tenantId: string) =>
+  call(baseUrl, "GET", `/api/v1/admin/tenants/${tenantId}`, admin).pipe(
+    Effect.filterOrFail((reply) => reply.status === 200, () => "not yet"),
+    Effect.retry(Schedule.spaced("500 millis").pipe(Schedule.upTo("30 seconds"))),
+    Effect.orDie
+  )
 
 /** A test with its own database, its scope closed at the end. */
 const outageTest = <E>(name: string, body: Effect.Effect<void, E, Scope.Scope | TestDatabase>) =>
@@ -82,7 +91,7 @@ describe.skipIf(serverUrl === undefined)("database outage", () => {
   // a full firewall queue): every new connection the node needs would wait for ever without a timeout.
   outageTest("requests needing a new connection get 503 within the connect timeout; the node recovers",
     Effect.gen(function*() {
-      const { node, proxy } = yield* nodeBehindProxy
+      const { node, proxy } = yield* nodeBehindProxy()
       const { tenantId } = yield* seedConversation(node.baseUrl)
 
       proxy.blackhole()
@@ -95,23 +104,14 @@ describe.skipIf(serverUrl === undefined)("database outage", () => {
       expect(during.ms).toBeLessThan(15_000)
 
       proxy.restore()
-      const after = yield* call(node.baseUrl, "GET", `/api/v1/admin/tenants/${tenantId}`, admin).pipe(
-        Effect.filterOrFail((reply) => reply.status === 200, () => "not yet"),
-        Effect.retry(Schedule.spaced("500 millis").pipe(Schedule.upTo("30 seconds"))),
-        Effect.orDie
-      )
-      expect(after.status).toBe(200)
+      expect((yield* readsAgain(node.baseUrl, tenantId)).status).toBe(200)
     }))
 
   // Open connections stay open and go silent (a frozen host, a link that drops everything): no
   // error ever arrives, so only the node's own limits end the wait.
   outageTest("a database that stops answering: readiness says so at once, reads are 503 within the statement timeout, the node recovers",
     Effect.gen(function*() {
-      const db = yield* TestDatabase
-      const url = new URL(db.url!)
-      const proxy = yield* tcpProxy({ host: url.hostname, port: Number(url.port || 5432) })
-      url.host = `127.0.0.1:${proxy.port}`
-      const node = yield* spawnNode("A", { DATABASE_URL: url.toString(), DATABASE_STATEMENT_TIMEOUT_MS: "1500" })
+      const { node, proxy } = yield* nodeBehindProxy({ DATABASE_STATEMENT_TIMEOUT_MS: "1500" })
       const { tenantId } = yield* seedConversation(node.baseUrl)
 
       proxy.freeze()
@@ -128,12 +128,7 @@ describe.skipIf(serverUrl === undefined)("database outage", () => {
       expect(read.ms).toBeLessThan(6_000)
 
       proxy.restore()
-      const after = yield* call(node.baseUrl, "GET", `/api/v1/admin/tenants/${tenantId}`, admin).pipe(
-        Effect.filterOrFail((reply) => reply.status === 200, () => "not yet"),
-        Effect.retry(Schedule.spaced("500 millis").pipe(Schedule.upTo("30 seconds"))),
-        Effect.orDie
-      )
-      expect(after.status).toBe(200)
+      expect((yield* readsAgain(node.baseUrl, tenantId)).status).toBe(200)
       expect((yield* call(node.baseUrl, "GET", "/health/ready", {})).status).toBe(200)
     }))
 
