@@ -33,8 +33,8 @@ describe.skipIf(serverUrl === undefined)("cluster start", () => {
         }),
         (client) => Effect.promise(() => client.end())
       )
-      const starting = yield* Effect.fork(spawnNode("A", { DATABASE_URL: db.url!, DATABASE_STATEMENT_TIMEOUT_MS: "1000" }))
-      // Once the node waits for the lock, it keeps waiting past its 1 s statement timeout.
+      const starting = yield* Effect.fork(spawnNode("A", { DATABASE_URL: db.url!, DATABASE_STATEMENT_TIMEOUT_MS: "2000" }))
+      // Once the node waits for the lock, it keeps waiting past its 2 s statement timeout.
       yield* Effect.promise(() =>
         holder.query("SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 AND NOT granted", [
           SETUP_LOCK
@@ -44,7 +44,7 @@ describe.skipIf(serverUrl === undefined)("cluster start", () => {
         Effect.retry(Schedule.spaced("100 millis").pipe(Schedule.upTo("60 seconds"))),
         Effect.orDie
       )
-      yield* Effect.sleep("3 seconds")
+      yield* Effect.sleep("5 seconds")
       expect(starting.unsafePoll()).toBeNull()
       yield* Effect.promise(() => holder.query("SELECT pg_advisory_unlock($1)", [SETUP_LOCK]))
       const node = yield* Fiber.join(starting)
