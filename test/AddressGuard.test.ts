@@ -56,6 +56,8 @@ const refused = {
   "site-local fec0::/10": ["fec0::1"],
   "IPv4-mapped private": ["::ffff:10.0.0.1", "::ffff:127.0.0.1"],
   "6to4, Teredo, NAT64": ["2002:c0a8:101::1", "2001:0:4136:e378::1", "64:ff9b::a00:1"],
+  // As URLs write them: `[::127.0.0.1]` is `[::7f00:1]`.
+  "IPv4-compatible (deprecated)": ["::7f00:1", "::808:808", "::a00:1"],
   unspecified: ["::"],
   "not an address": ["example.com", "10.0.0", ""]
 } as const

@@ -6,7 +6,9 @@ describe("Redaction", () => {
   it.effect("recognises credential-like keys whatever their case or spelling", () =>
     Effect.sync(() => {
       for (const key of ["authorization", "Authorization", "api_key", "API_KEY", "apikey", "apiKey", "password", "secret",
-        "token", "access_token", "accessToken", "app_secret", "db_password", "private_key", "x-api-key", "X-Apikey"]) {
+        "token", "access_token", "accessToken", "app_secret", "db_password", "private_key", "x-api-key", "X-Apikey",
+        // Acronyms: a run of capitals ends where the next word begins.
+        "APIToken", "JWTSecret", "SMTPPassword", "DBPassword", "myAPIKey", "OAuthToken", "APIKEY"]) {
         expect(isSensitiveKey(key), key).toBe(true)
       }
       for (const key of ["url", "name", "tokens_used", "secretary", "keyboard", "monkey", "headers", "phone_number_id"]) {

@@ -7,17 +7,22 @@ import { HostResolver } from "./HostResolver.js"
 /** Why a webhook target was refused. */
 export class AddressRejected extends Data.TaggedError("AddressRejected")<{ readonly reason: string }> {}
 
+const IPV4_COMPATIBLE = ipaddr.IPv6.parseCIDR("::/96")
+
 /**
  * True for an address that is public unicast. ipaddr.js names every special range; we accept only
  * `unicast`, so private, loopback, link-local, CGNAT, documentation, benchmarking, multicast, reserved,
- * unique-local, site-local and IPv4-embedding ranges (6to4, Teredo, NAT64) are all refused.
+ * unique-local, site-local and IPv4-embedding ranges (6to4, Teredo, NAT64) are all refused, and so
+ * is the deprecated IPv4-compatible range `::/96`, which ipaddr.js counts as unicast.
  * IPv4-mapped IPv6 is judged as the IPv4 address it carries.
  */
 export const isPublicAddress = (text: string): boolean => {
   if (!ipaddr.isValid(text)) return false
   let address = ipaddr.parse(text)
-  if (address.kind() === "ipv6" && (address as ipaddr.IPv6).isIPv4MappedAddress()) {
-    address = (address as ipaddr.IPv6).toIPv4Address()
+  if (address.kind() === "ipv6") {
+    const ipv6 = address as ipaddr.IPv6
+    if (ipv6.match(IPV4_COMPATIBLE)) return false
+    if (ipv6.isIPv4MappedAddress()) address = ipv6.toIPv4Address()
   }
   return address.range() === "unicast"
 }

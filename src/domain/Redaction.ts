@@ -7,11 +7,18 @@ const NORMALIZED_CACHE_SIZE = 10_000
 // Every delivery payload is redacted, and its keys are mostly the same few: remember them.
 const normalizedKeys = new Map<string, string>()
 
-/** `accessToken`, `X-Api-Key` and `api key` become `access_token`, `x_api_key`, `api_key` (`X-Apikey`: `x_apikey`). */
+/**
+ * `accessToken`, `APIToken`, `X-Api-Key` and `api key` become `access_token`, `api_token`,
+ * `x_api_key`, `api_key` (`X-Apikey`: `x_apikey`).
+ */
 const normalize = (key: string): string => {
   const known = normalizedKeys.get(key)
   if (known !== undefined) return known
-  const name = key.replace(/([a-z0-9])([A-Z])/g, "$1_$2").toLowerCase().replace(/[^a-z0-9]+/g, "_")
+  const name = key
+    .replace(/([A-Z]+)([A-Z][a-z])/g, "$1_$2")
+    .replace(/([a-z0-9])([A-Z])/g, "$1_$2")
+    .toLowerCase()
+    .replace(/[^a-z0-9]+/g, "_")
   if (normalizedKeys.size >= NORMALIZED_CACHE_SIZE) normalizedKeys.clear()
   normalizedKeys.set(key, name)
   return name
