@@ -143,7 +143,18 @@ layer(TestNodeLive(), { excludeTestServices: true })("HTTP edge", (it) => {
         const reply = yield* request("POST", path, { body, headers })
         expect(reply.status, path).toBe(422)
         expect(reply.body.error).toMatchObject({ code: "validation_failed", details: { [field]: problem } })
+        // Checked once the caller is known: without a valid credential the body tells nothing.
+        const anonymous = yield* request("POST", path, { body })
+        expect(anonymous.status, path).toBe(401)
+        expect(anonymous.body.error.code).toBe("unauthorized")
       }
+      const readOnly = yield* tenantApi(key, "POST", "/manage/api_keys", { api_key: { name: "reader", scopes: ["read"] } })
+      const refused = yield* request("POST", "/api/v1/manage/channels", {
+        body: { channel: { name: "c\u0000", type: "websocket" } },
+        headers: { "x-api-key": readOnly.body.data.key }
+      })
+      expect(refused.status).toBe(403)
+      expect(refused.body.error.code).toBe("insufficient_scope")
     }))
 
   it.effect("the router reads a body without a content type as JSON, depth limit included; other types are 400", () =>

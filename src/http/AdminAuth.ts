@@ -6,13 +6,14 @@ import { CurrentActor } from "../auth/Actor.js"
 import { constantTimeEquals } from "../auth/Credential.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { inRanges } from "../config/NetworkList.js"
-import { Forbidden, Unauthorized } from "../domain/ApiError.js"
+import { Forbidden, Unauthorized, ValidationFailed } from "../domain/ApiError.js"
 import { clientAddress } from "./ClientAddress.js"
 import { envelope } from "./ErrorEnvelope.js"
+import { refuseUnstorableBody } from "./JsonBodyRules.js"
 
 /** `Authorization: Bearer <ADMIN_API_TOKEN>` from an allowed address; off (401) when unset. */
 export class AdminAuth extends HttpApiMiddleware.Tag<AdminAuth>()("parley/AdminAuth", {
-  failure: Schema.Union(envelope(Unauthorized), envelope(Forbidden)),
+  failure: Schema.Union(envelope(Unauthorized), envelope(Forbidden), envelope(ValidationFailed)),
   provides: CurrentActor,
   security: { bearer: HttpApiSecurity.bearer }
 }) {}
@@ -36,6 +37,7 @@ export const AdminAuthLive = Layer.effect(
           if (match === null || !constantTimeEquals(match[1]!, Redacted.value(config.adminApiToken.value))) {
             return yield* unauthorized("missing or invalid admin token")
           }
+          yield* refuseUnstorableBody
           return { type: "admin_api", id: "admin" } as const
         })
     })

@@ -1,5 +1,6 @@
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import { Effect, Option } from "effect"
+import { ValidationFailed } from "../domain/ApiError.js"
 import { UNSTORABLE_PROBLEM, unstorablePath } from "../domain/Unstorable.js"
 import { isJsonContentType, MAX_JSON_BODY_BYTES, MAX_JSON_DEPTH, nestsDeeperThan, REQUEST_BODY_TOO_DEEP } from "./EdgeRules.js"
 
@@ -28,9 +29,6 @@ const hasBody = (request: HttpServerRequest.HttpServerRequest) =>
  */
 export const answersOwnBody = (method: string, template: string) => method === "POST" && template === "/api/v1/conversations"
 
-/** Management and admin bodies are validated per field (422 `validation_failed`). */
-const isResourceRoute = (template: string) => template.startsWith("/api/v1/manage/") || template.startsWith("/api/v1/admin/")
-
 /** The first unstorable string of a resource body, keyed as its validation details are (below the wrapper). */
 const unstorableField = (text: string): Option.Option<string> => {
   let body: unknown
@@ -44,11 +42,10 @@ const unstorableField = (text: string): Option.Option<string> => {
 }
 
 /**
- * The body rules every API route shares, checked once at the edge: JSON only (uploads aside), at
- * most `MAX_JSON_DEPTH` levels deep (the routes' decoding, redaction and serialisation recurse),
- * and on resource routes no string PostgreSQL cannot store (named per field, as the routes'
- * own validation does). A body that cannot be read is left for the route to answer; the request
- * keeps the text it read for the route.
+ * The body rules every API route shares, checked once at the edge: JSON only (uploads aside), and
+ * at most `MAX_JSON_DEPTH` levels deep (the routes' decoding, redaction and serialisation recurse).
+ * A body that cannot be read is left for the route to answer; the request keeps the text it read
+ * for the route.
  */
 export const refuseBody = (
   request: HttpServerRequest.HttpServerRequest,
@@ -68,18 +65,28 @@ export const refuseBody = (
   if (!hasBody(request) || !isReadAsJson(request)) return Effect.succeed(Option.none())
   return request.text.pipe(
     HttpServerRequest.withMaxBodySize(Option.some(MAX_JSON_BODY_BYTES)),
-    Effect.map((text): Option.Option<BodyRefusal> => {
-      if (nestsDeeperThan(text, MAX_JSON_DEPTH)) {
-        return Option.some({ status: 400, code: "bad_request", message: REQUEST_BODY_TOO_DEEP, details: null })
-      }
-      if (!isResourceRoute(template)) return Option.none()
-      return Option.map(unstorableField(text), (field) => ({
-        status: 422,
-        code: "validation_failed",
-        message: "validation failed",
-        details: { [field]: [UNSTORABLE_PROBLEM] }
-      }))
-    }),
+    Effect.map((text): Option.Option<BodyRefusal> =>
+      nestsDeeperThan(text, MAX_JSON_DEPTH)
+        ? Option.some({ status: 400, code: "bad_request", message: REQUEST_BODY_TOO_DEEP, details: null })
+        : Option.none()
+    ),
     Effect.orElseSucceed(() => Option.none<BodyRefusal>())
   )
 }
+
+/**
+ * 422 `validation_failed` for a management or admin body holding a string PostgreSQL cannot store,
+ * named per field as the routes' own validation does. Run by those APIs' authentication once the
+ * caller is known, so a caller without a valid credential learns nothing from the body's content.
+ */
+export const refuseUnstorableBody: Effect.Effect<void, ValidationFailed, HttpServerRequest.HttpServerRequest> =
+  Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) =>
+    !hasBody(request) || !isReadAsJson(request) ? Effect.void : request.text.pipe(
+      Effect.map(unstorableField),
+      // A body that cannot be read is the route's to answer.
+      Effect.orElseSucceed(() => Option.none<string>()),
+      Effect.flatMap(Option.match({
+        onNone: () => Effect.void,
+        onSome: (field) => Effect.fail(new ValidationFailed({ message: "validation failed", fields: { [field]: [UNSTORABLE_PROBLEM] } }))
+      }))
+    ))

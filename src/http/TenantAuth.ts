@@ -6,11 +6,19 @@ import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Context, Effect, Layer, Option, Schema } from "effect"
 import { ChannelTokens } from "../auth/ChannelTokens.js"
 import type { Actor } from "../auth/Actor.js"
-import { CredentialChannelInactive, Forbidden, InsufficientScope, Unauthorized, Unavailable } from "../domain/ApiError.js"
+import {
+  CredentialChannelInactive,
+  Forbidden,
+  InsufficientScope,
+  Unauthorized,
+  Unavailable,
+  ValidationFailed
+} from "../domain/ApiError.js"
 import { allScopes, type Scope } from "../domain/ApiKey.js"
 import { ApiKeys } from "../tenants/ApiKeys.js"
 import { envelope } from "./ErrorEnvelope.js"
 import { DEPRECATION_HEADERS, logDeprecatedUse } from "./DeprecationsPage.js"
+import { refuseUnstorableBody } from "./JsonBodyRules.js"
 
 /** The tenant credential of the current request. */
 export interface TenantCredential {
@@ -38,7 +46,8 @@ const failure = Schema.Union(
   envelope(Unauthorized),
   envelope(Forbidden),
   envelope(InsufficientScope),
-  envelope(Unavailable)
+  envelope(Unavailable),
+  envelope(ValidationFailed)
 )
 
 /** `x-api-key` on the management API; the key must hold `manage`, a channel token is refused (403). */
@@ -80,7 +89,9 @@ export const ManageAuthLive = Layer.effect(
             return yield* new Forbidden({ message: "the management API does not accept channel tokens" })
           }
           const credential = yield* authenticate(keys)
-          return yield* requireScope("manage").pipe(Effect.provideService(CurrentCredential, credential))
+          yield* requireScope("manage").pipe(Effect.provideService(CurrentCredential, credential))
+          yield* refuseUnstorableBody
+          return credential
         })
     })
   })
