@@ -57,10 +57,13 @@ layer(TestNodeLive(), { excludeTestServices: true })("management API: settings a
       })
       expect(weak.status).toBe(412)
       if (serverUrl !== undefined) {
-        const audits = yield* query("SELECT action FROM audit_log WHERE resource_id = $1 AND action = 'settings.updated'", [
-          tenant.id
-        ])
+        const audits = yield* query<{ changes: { limits?: unknown } }>(
+          "SELECT changes FROM audit_log WHERE resource_id = $1 AND action = 'settings.updated'",
+          [tenant.id]
+        )
         expect(audits).toHaveLength(1)
+        // The audit row holds the limits as JSON, not as a string of JSON.
+        expect(audits[0]!.changes.limits).toEqual({ upload: { scale_ms: 500, limit: 2 }, activity_create: { scale_ms: 1000, limit: 5 } })
       }
     }))
 

@@ -9,7 +9,8 @@ export interface SettingsPatch {
   retention_days?: number
   alert_webhook_url?: string | null
   allowed_upload_types?: ReadonlyArray<string> | null
-  limits?: string
+  /** Stored as jsonb: the driver sends an object as its JSON text. */
+  limits?: typeof TenantLimits.Type
 }
 
 const mimeType = /^[a-z0-9][a-z0-9!#$&^_.+-]{0,126}\/[a-z0-9][a-z0-9!#$&^_.+-]{0,126}$/
@@ -50,7 +51,7 @@ export const validateSettings = (input: SettingsInput, problems: Problems) =>
           "must map activity_create, upload, inbound, token_generate or publishable_token to {limit, scale_ms}, " +
             "both integers above 0, scale_ms at most 31536000000 (a year)"
         )
-      } else patch.limits = JSON.stringify(limits.right)
+      } else patch.limits = limits.right
     }
     return patch
   })

@@ -27,11 +27,7 @@ interface TenantPatch extends SettingsPatch {
 /** The part of `patch` that differs from `current`, so that repeating a change changes nothing. */
 const changedFields = (current: Tenant, patch: TenantPatch): TenantPatch =>
   Object.fromEntries(
-    Object.entries(patch).filter(([field, value]) =>
-      field === "limits"
-        ? !sameJson(current.limits, JSON.parse(value as string))
-        : !sameJson(current[field as keyof TenantPatch], value)
-    )
+    Object.entries(patch).filter(([field, value]) => !sameJson(current[field as keyof TenantPatch], value))
   ) as TenantPatch
 
 /** Tenants: created and changed by the operator (admin API) and, for settings, by the tenant itself. */
@@ -87,7 +83,7 @@ export class Tenants extends Effect.Service<Tenants>()("parley/Tenants", {
             INSERT INTO tenants (id, name, status, tier, retention_days, alert_webhook_url, allowed_upload_types, limits)
             VALUES (${id}, ${patch.name!}, ${patch.status ?? "active"}, ${patch.tier ?? "default"},
                     ${patch.retention_days ?? DEFAULT_RETENTION_DAYS}, ${patch.alert_webhook_url ?? null},
-                    ${patch.allowed_upload_types ?? null}, ${patch.limits ?? "{}"})`
+                    ${patch.allowed_upload_types ?? null}, ${patch.limits ?? {}})`
           const apiKey = yield* apiKeys.create(id, "primary", "primary", ["read", "write", "manage"], null, actor)
           yield* audit.record(actor, { tenantId: id, action: "tenant.created", resourceType: "tenant", resourceId: id, changes: patch })
           const tenant = yield* load(id, false)
