@@ -37,6 +37,10 @@ layer(TestNodeLive({ TRUSTED_PROXIES: "127.0.0.1/32" }), { excludeTestServices: 
         expect(reply.body.data.api_key).toMatch(/^ck_[0-9A-Za-z]{40}$/)
         expect(reply.headers.get("etag")).toMatch(/^".+"$/)
         expect(reply.body.data.inserted_at).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/)
+        const limits = { activity_create: { limit: 7, scale_ms: 1000 } }
+        const limited = yield* admin("POST", "/tenants", { tenant: { name: "Limited", limits } })
+        expect(limited.status).toBe(201)
+        expect(limited.body.data.limits).toEqual(limits)
         const got = yield* admin("GET", `/tenants/${reply.body.data.id}`)
         expect(got.status).toBe(200)
         expect(got.body.data.api_key).toBeUndefined()
