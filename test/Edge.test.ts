@@ -132,6 +132,12 @@ layer(TestNodeLive(), { excludeTestServices: true })("HTTP edge", (it) => {
       const cases = [
         { path: "/api/v1/admin/tenants", headers: authorization, body: { tenant: { name: "a\u0000b" } }, field: "name" },
         {
+          path: "/api/v1/admin/tenants",
+          headers: authorization,
+          body: { tenant: { name: "t", allowed_upload_types: ["image/png", "text/\u0000"] } },
+          field: "allowed_upload_types[1]"
+        },
+        {
           path: "/api/v1/manage/channels",
           headers: { "x-api-key": key },
           body: { channel: { name: "c", type: "webhook", config: { url: "https://hooks.example.com/x", headers: { "x-a": "\ud800" } } } },

@@ -8,6 +8,10 @@ const MAX_NAME_CHARACTERS = 200
 /** Whether a name is longer than names may be; "😀" is one character, not two UTF-16 units. */
 export const isNameTooLong = (name: string): boolean => exceedsCharacters(name, MAX_NAME_CHARACTERS)
 
+/** A field's path as validation details name it: `config.headers.x-a`, `transformations[0].type`. */
+export const fieldPath = (path: string, key: string | number) =>
+  typeof key === "number" ? `${path}[${key}]` : path === "" ? key : `${path}.${key}`
+
 export const NAME_TOO_LONG = `must be at most ${MAX_NAME_CHARACTERS} characters`
 
 /** Collects per-field validation messages, then fails once with all of them. */

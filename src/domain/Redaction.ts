@@ -1,4 +1,5 @@
 import { Predicate } from "effect"
+import { fieldPath } from "./Problems.js"
 
 /** What a credential-like value is shown as. */
 export const REDACTED = "[REDACTED]"
@@ -61,8 +62,6 @@ const redactValue = (value: unknown, inHeaders: boolean): unknown => {
 export const redactObject = (value: Readonly<Record<string, unknown>>): Record<string, unknown> =>
   redactValue(value, false) as Record<string, unknown>
 
-const childPath = (path: string, key: string | number) =>
-  typeof key === "number" ? `${path}[${key}]` : path === "" ? key : `${path}.${key}`
 
 const restoreValue = (sent: unknown, stored: unknown, path: string, missing: (path: string) => void): unknown => {
   if (sent === REDACTED) {
@@ -70,13 +69,13 @@ const restoreValue = (sent: unknown, stored: unknown, path: string, missing: (pa
     return stored
   }
   if (Array.isArray(sent)) {
-    return sent.map((item, i) => restoreValue(item, Array.isArray(stored) ? stored[i] : undefined, childPath(path, i), missing))
+    return sent.map((item, i) => restoreValue(item, Array.isArray(stored) ? stored[i] : undefined, fieldPath(path, i), missing))
   }
   if (!Predicate.isRecord(sent)) return sent
   const out: Record<string, unknown> = {}
   for (const [key, inner] of Object.entries(sent)) {
     const previous = Predicate.isRecord(stored) && Object.hasOwn(stored, key) ? stored[key] : undefined
-    out[key] = restoreValue(inner, previous, childPath(path, key), missing)
+    out[key] = restoreValue(inner, previous, fieldPath(path, key), missing)
   }
   return out
 }

@@ -7,8 +7,15 @@ export const UNSTORABLE_PROBLEM = "must be Unicode text without U+0000 or unpair
  * Where in a JSON value a string (or a key) holds a character PostgreSQL cannot store: the path of
  * keys and indexes to it, or undefined when there is none.
  */
-export const unstorablePath = (value: unknown): ReadonlyArray<string> | undefined => {
+export const unstorablePath = (value: unknown): ReadonlyArray<string | number> | undefined => {
   if (typeof value === "string") return UNSTORABLE.test(value) ? [] : undefined
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const inner = unstorablePath(value[i])
+      if (inner !== undefined) return [i, ...inner]
+    }
+    return undefined
+  }
   if (typeof value !== "object" || value === null) return undefined
   for (const [key, item] of Object.entries(value)) {
     if (UNSTORABLE.test(key)) return [key]

@@ -1,6 +1,7 @@
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import { Effect, Option } from "effect"
 import { ValidationFailed } from "../domain/ApiError.js"
+import { fieldPath } from "../domain/Problems.js"
 import { UNSTORABLE_PROBLEM, unstorablePath } from "../domain/Unstorable.js"
 import { isJsonContentType, MAX_JSON_BODY_BYTES, MAX_JSON_DEPTH, nestsDeeperThan, REQUEST_BODY_TOO_DEEP } from "./EdgeRules.js"
 
@@ -38,7 +39,8 @@ const unstorableField = (text: string): Option.Option<string> => {
     return Option.none() // the route answers malformed JSON
   }
   const path = unstorablePath(body)
-  return path === undefined ? Option.none() : Option.some(path.length > 1 ? path.slice(1).join(".") : path.join("."))
+  if (path === undefined) return Option.none()
+  return Option.some((path.length > 1 ? path.slice(1) : path).reduce<string>(fieldPath, ""))
 }
 
 /**
