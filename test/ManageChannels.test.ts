@@ -115,6 +115,16 @@ layer(TestNodeLive(), { excludeTestServices: true })("management API: channels",
           expect(channel.secret).toBeUndefined()
           expect(channel.tenant_id).toBe(tenant.id)
         }
+        // Lists carry an ETag too (server-apis.md conventions): the same while the list is the same.
+        const tag = reply.headers.get("etag")
+        expect(tag).toMatch(/^".+"$/)
+        expect((yield* manage(tenant.api_key, "GET", "/channels")).headers.get("etag")).toBe(tag)
+        yield* createChannel(tenant.api_key, { name: "d-channel", type: "echo", config: {} })
+        expect((yield* manage(tenant.api_key, "GET", "/channels")).headers.get("etag")).not.toBe(tag)
+        for (const path of ["/users", "/settings"]) {
+          expect((yield* manage(tenant.api_key, "GET", path)).headers.get("etag"), path).toMatch(/^".+"$/)
+        }
+        expect((yield* admin("GET", "/tenants")).headers.get("etag")).toMatch(/^".+"$/)
       }))
 
     sqlIt("the list stops at 1000 channels", () =>

@@ -21,7 +21,7 @@ export const AdminHandlers = HttpApiBuilder.group(ParleyApi, "admin", (handlers)
         Effect.flatMap(withETag)
       )
     return handlers
-      .handle("listTenants", () => tenants.list().pipe(Effect.map((data) => ({ data }))))
+      .handle("listTenants", () => tenants.list().pipe(Effect.flatMap((data) => withETag(data))))
       .handle("createTenant", ({ payload }) =>
         CurrentActor.pipe(
           Effect.flatMap((actor) => tenants.create(payload.tenant, actor)),

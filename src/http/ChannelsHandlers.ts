@@ -28,7 +28,7 @@ export const ChannelsHandlers = HttpApiBuilder.group(ParleyApi, "channels", (han
       .handle("listChannels", () =>
         CurrentCredential.pipe(
           Effect.flatMap(({ tenantId }) => channels.list(tenantId)),
-          Effect.map((data) => ({ data }))
+          Effect.flatMap((data) => withETag(data))
         ))
       .handle("createChannel", ({ payload }) =>
         CurrentCredential.pipe(

@@ -25,7 +25,7 @@ export const UsersHandlers = HttpApiBuilder.group(ParleyApi, "users", (handlers)
       .handle("listUsers", () =>
         CurrentCredential.pipe(
           Effect.flatMap((credential) => users.list(credential.tenantId)),
-          Effect.map((data) => ({ data }))
+          Effect.flatMap((data) => withETag(data))
         ))
       .handle("createUser", ({ payload }) =>
         CurrentCredential.pipe(
