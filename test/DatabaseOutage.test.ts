@@ -165,6 +165,26 @@ describe.skipIf(serverUrl === undefined)("database outage", () => {
       expect((next.data as { seq: number }).seq).toBe(1)
     }))
 
+  // The key check stalls, then the write: the answer's bound counts from the request's arrival, so
+  // the time the key check took is taken from the write's budget, not added to it.
+  outageTest("an append's answer is bounded from its arrival, a slow key check included",
+    Effect.gen(function*() {
+      const { conversationId, key, node, proxy } = yield* seededNodeBehindProxy
+      proxy.holdFrom("authenticate_keys")
+      const pending = yield* Effect.fork(postText(node.baseUrl, key, conversationId, "slow to authenticate"))
+      yield* Effect.sleep("3 seconds")
+      proxy.release()
+      proxy.holdFrom("append_batch")
+      const reply = yield* Fiber.join(pending)
+      expect(reply.status).toBe(503)
+      expect(reply.code).toBe("unavailable")
+      // Settled 5.5 s after the deadline, 5 s after arrival: about 10.5 s. Counted from the end of
+      // the key check, it would be about 13.5 s.
+      expect(reply.ms).toBeLessThan(12_000)
+      proxy.release()
+      expect(yield* storedActivities(node.baseUrl, key, conversationId)).toEqual([])
+    }))
+
   // One writer connection's statement hangs (a stalled backend): the others must keep writing, so
   // the stalled connection is dropped rather than handed to the next batch to queue behind it.
   outageTest("a writer connection left without an answer is dropped; later writes go through on others",

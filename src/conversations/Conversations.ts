@@ -120,13 +120,18 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
 
     /**
      * An append to a conversation this node owns goes straight to its core; others, and any the
-     * core reports moved meanwhile, go through the cluster.
+     * core reports moved meanwhile, go through the cluster. The answer is awaited until
+     * `ANSWER_TIMEOUT_MS` after the request arrived (`arrivedAt`), however long it took to get here.
      */
-    const appendTo = (conversationId: string, request: AppendRequest) => {
+    const appendTo = (conversationId: string, request: AppendRequest, arrivedAt: number) => {
+      const answerWithinMs = () => Math.max(0, arrivedAt + ANSWER_TIMEOUT_MS - Date.now())
       // Built only when taken: most appends go to a local core.
-      const viaCluster = Effect.suspend(() => entity(conversationId).Append(request)).pipe(
-        // Bounded like every cluster call, but an append left without its answer is settled, not guessed.
-        Effect.timeoutFail({ duration: ANSWER_TIMEOUT_MS, onTimeout: () => new Unanswered() }),
+      const viaCluster = Effect.suspend(() =>
+        entity(conversationId).Append(request).pipe(
+          // Bounded like every cluster call, but an append left without its answer is settled, not guessed.
+          Effect.timeoutFail({ duration: answerWithinMs(), onTimeout: () => new Unanswered() })
+        )
+      ).pipe(
         Effect.catchIf(isRefused, () => Effect.fail(clusterUnavailable())),
         Effect.catchIf(tagged("Unanswered", "PersistenceError"), () => settleUnanswered(conversationId, request, clusterUnavailable)),
         Effect.catchTag("WriteOutcomeUnknown", () => settleUnanswered(conversationId, request, databaseUnavailable)),
@@ -140,7 +145,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
       )
       return cores.isOwned(conversationId)
         ? cores.get(conversationId).pipe(
-          Effect.flatMap((core) => core.append(request, { ms: ANSWER_TIMEOUT_MS, onTimeout: () => new Unanswered() })),
+          Effect.flatMap((core) => core.append(request, { ms: answerWithinMs(), onTimeout: () => new Unanswered() })),
           Effect.catchTag("Moved", () => viaCluster),
           // Here the delay or the broken write was the database's.
           Effect.catchIf(tagged("Unanswered", "WriteOutcomeUnknown"), () => settleUnanswered(conversationId, request, databaseUnavailable))
@@ -186,13 +191,14 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
 
     /**
      * Validates and appends an activity. A repeated idempotency key returns the original activity.
-     * A failure means nothing was stored.
+     * A failure means nothing was stored. The write's time budget counts from `arrivedAt`, when the
+     * request arrived (epoch ms), so time spent authenticating it is part of its bound.
      */
     const append = (
       scope: ConversationScope,
       conversationId: string,
       input: ActivityInput,
-      options: { readonly idempotencyKey: string | null; readonly sourceChannelId: string | null }
+      options: { readonly idempotencyKey: string | null; readonly sourceChannelId: string | null; readonly arrivedAt: number }
     ) => {
       // On every append: combinators, not a generator (each `Effect.gen` costs about 2 µs).
       const key = options.idempotencyKey
@@ -209,7 +215,11 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
         Effect.flatMap((checked) => {
           const draft: ActivityDraft = { ...checked, id: crypto.randomUUID(), idempotency_key: key, source_channel_id: options.sourceChannelId }
           // One entity per conversation, however the caller spelled its id.
-          return appendTo(conversationId.toLowerCase(), { tenantId: scope.tenantId, draft, deadline: Date.now() + WRITE_DEADLINE_MS })
+          return appendTo(
+            conversationId.toLowerCase(),
+            { tenantId: scope.tenantId, draft, deadline: options.arrivedAt + WRITE_DEADLINE_MS },
+            options.arrivedAt
+          )
         })
       )
     }

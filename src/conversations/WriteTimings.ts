@@ -1,6 +1,6 @@
 /**
  * The time budget of a write whose caller may give up (ADR 0004). A write starts only before its
- * deadline, `WRITE_DEADLINE_MS` after the request, on a connection it waits for at most
+ * deadline, `WRITE_DEADLINE_MS` after the request arrived, on a connection it waits for at most
  * `WRITE_CONNECT_TIMEOUT_MS`; PostgreSQL cancels its statement after `WRITE_STATEMENT_TIMEOUT_MS`,
  * and the writer stops waiting for the answer after `WRITE_QUERY_TIMEOUT_MS`. So once
  * `WRITE_SETTLED_AFTER_MS` have passed since the deadline, a draft is stored or never will be (a
@@ -17,5 +17,8 @@ export const WRITE_SETTLED_AFTER_MS = WRITE_CONNECT_TIMEOUT_MS + WRITE_QUERY_TIM
  * flight (a commit PostgreSQL holds up); past it their outcome is unknown.
  */
 export const IN_FLIGHT_WAIT_MS = 500
-/** How long a caller waits for the owner's answer before settling the append itself. */
+/**
+ * Until when, counted from the request's arrival, a caller waits for the owner's answer before
+ * settling the append itself.
+ */
 export const ANSWER_TIMEOUT_MS = 8_000

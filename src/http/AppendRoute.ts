@@ -104,7 +104,7 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
       )
     }
 
-    const answer = (request: AbandonableRequest, conversationId: string, text: string, requestId: string) =>
+    const answer = (request: AbandonableRequest, conversationId: string, text: string, requestId: string, arrivedAt: number) =>
       Effect.suspend((): Effect.Effect<Answer> => {
         // The caller is known before the body is read, as the router's authentication does it.
         return credentialForApiKey(keys, header(request, "x-api-key")).pipe(
@@ -112,7 +112,7 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
             const payload = readBody(text)
             return typeof payload === "string"
               ? Effect.fail(new BadRequest({ message: payload }))
-              : post(credential, conversationId, payload, header(request, "x-idempotency-key"))
+              : post(credential, conversationId, payload, header(request, "x-idempotency-key"), arrivedAt)
           }),
           Effect.matchCauseEffect({
             onSuccess: (body): Effect.Effect<Answer> => Effect.succeed({ status: 201, body }),
@@ -150,9 +150,11 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
 
     const serve = (request: AbandonableRequest, response: ServerResponse, conversationId: string, text: string) => {
       const started = performance.now()
+      // The request has arrived once its body has: a slow upload is not the write's time.
+      const arrivedAt = Date.now()
       const requestId = requestIdFrom(header(request, "x-request-id"))
       runFork(
-        Effect.flatMap(Effect.zip(answer(request, conversationId, text, requestId), lifecycle.isDraining), ([result, draining]) => {
+        Effect.flatMap(Effect.zip(answer(request, conversationId, text, requestId, arrivedAt), lifecycle.isDraining), ([result, draining]) => {
           const seconds = respond(response, requestId, result, started, draining)
           return accessLog
             ? Effect.logDebug("http request").pipe(Effect.annotateLogs({

@@ -8,23 +8,27 @@ import type { ActivityInput } from "../conversations/ActivityRules.js"
 import { checkScope, CurrentCredential, markDeprecated, requireScope, type TenantCredential } from "./TenantAuth.js"
 import { decodeCursor, encodeCursor, parseLimit, parseUuid } from "./Paging.js"
 import { ParleyApi } from "./ParleyApi.js"
+import { RequestArrival } from "./RequestId.js"
 
 /**
  * `POST /conversations/:id/activities` once the caller is known: scope, rate limit, append. A retry
  * over the limit whose idempotency key is already stored gets its activity, as any retry does.
+ * `arrivedAt` is when the request arrived (epoch ms): the append's time budget counts from it.
  */
 export const postActivity = (conversations: Conversations, limiter: RateLimiter) =>
 (
   credential: TenantCredential,
   conversationId: string,
   payload: ActivityInput,
-  idempotencyKey: string | undefined
+  idempotencyKey: string | undefined,
+  arrivedAt: number
 ) =>
   checkScope(credential, "write").pipe(
     Effect.zipRight(limiter.consume("activity_create", credential.tenantId, credential.tenantId)),
     Effect.zipRight(conversations.append(credential, conversationId, payload, {
       idempotencyKey: idempotencyKey ?? null,
-      sourceChannelId: null
+      sourceChannelId: null,
+      arrivedAt
     })),
     Effect.catchTag("RateLimited", (limited) =>
       idempotencyKey === undefined ? Effect.fail(limited) : conversations.storedUnderKey(credential, conversationId, idempotencyKey).pipe(
@@ -51,7 +55,10 @@ export const ConversationsHandlers = HttpApiBuilder.group(ParleyApi, "conversati
       .handle("close", setStatus("closed"))
       .handle("reopen", setStatus("active"))
       .handle("appendActivity", ({ headers, path, payload }) =>
-        Effect.flatMap(CurrentCredential, (credential) => post(credential, path.id, payload, headers["x-idempotency-key"])))
+        Effect.flatMap(
+          Effect.all([CurrentCredential, RequestArrival]),
+          ([credential, arrivedAt]) => post(credential, path.id, payload, headers["x-idempotency-key"], arrivedAt ?? Date.now())
+        ))
       .handle("listActivities", ({ path, urlParams }) =>
         Effect.gen(function*() {
           const credential = yield* requireScope("read")

@@ -21,7 +21,7 @@ import { DEPRECATION_HEADERS, logDeprecatedUse } from "./DeprecationsPage.js"
 import { envelopeBody, envelopeResponse, toBody } from "./ErrorEnvelope.js"
 import { answersOwnBody, refuseBody } from "./JsonBodyRules.js"
 import { INVALID_CREATE_BODY, legacyRoutes } from "./LegacyRoutes.js"
-import { RequestId, requestIdFrom } from "./RequestId.js"
+import { RequestArrival, RequestId, requestIdFrom } from "./RequestId.js"
 import { RouteTable } from "./RouteTable.js"
 
 /**
@@ -149,6 +149,8 @@ export const EdgeMiddleware = HttpLayerRouter.middleware(
           : Option.getOrUndefined(Option.map(yield* refuseBody(request, template), ({ code, details, message, status }) =>
             envelopeResponse(status, code, message, details, requestId)))
 
+        // Arrived: the body rules have read a JSON body by now, so a slow upload is not counted.
+        const arrivedAt = Date.now()
         const response = early ?? (yield* httpEffect.pipe(
           HttpServerRequest.withMaxBodySize(Option.some(MAX_JSON_BODY_BYTES)),
           Effect.catchAllCause((cause) =>
@@ -158,6 +160,7 @@ export const EdgeMiddleware = HttpLayerRouter.middleware(
               : responseFromCause(cause, requestId, template === undefined ? routes.allowedMethods(request.url) : [])
           ),
           Effect.provideService(RequestId, requestId),
+          Effect.provideService(RequestArrival, arrivedAt),
           Effect.annotateLogs("request_id", requestId)
         ))
         const identified = HttpServerResponse.setHeader(finishResponse(response, requestId), "x-request-id", requestId)
