@@ -50,4 +50,12 @@ describe.skipIf(serverUrl === undefined)("cluster start", () => {
       const node = yield* Fiber.join(starting)
       expect(node.child.exitCode).toBeNull()
     }).pipe(Effect.scoped, Effect.provide(TestDatabaseLive)), 120_000)
+
+  // A variable set to nothing takes its default (README); the cluster must not read HOST itself.
+  it.live("a node starts with HOST set to nothing", () =>
+    Effect.gen(function*() {
+      const db = yield* TestDatabase
+      const node = yield* spawnNode("A", { DATABASE_URL: db.url!, HOST: "" })
+      expect(node.child.exitCode).toBeNull()
+    }).pipe(Effect.scoped, Effect.provide(TestDatabaseLive)), 120_000)
 })

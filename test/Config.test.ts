@@ -275,6 +275,11 @@ describe("AppConfig", () => {
     ["ADMIN_IP_ALLOWLIST", { ADMIN_IP_ALLOWLIST: "10.0.0.0/33" }],
     ["ADMIN_IP_ALLOWLIST", { ADMIN_IP_ALLOWLIST: "127.0.0.1/8,localhost" }],
     ["TRUSTED_PROXIES", { TRUSTED_PROXIES: "10.0.0.0/8,not-a-cidr" }],
+    // Shorthand, octal and hex IPv4 parts mean other addresses than they seem to.
+    ["ADMIN_IP_ALLOWLIST", { ADMIN_IP_ALLOWLIST: "127/8" }],
+    ["ADMIN_IP_ALLOWLIST", { ADMIN_IP_ALLOWLIST: "127.1" }],
+    ["TRUSTED_PROXIES", { TRUSTED_PROXIES: "010.0.0.0/8" }],
+    ["TRUSTED_PROXIES", { TRUSTED_PROXIES: "0x7f.0.0.1" }],
     ["RATE_LIMITS", { RATE_LIMITS: "{not json" }],
     ["RATE_LIMITS", { RATE_LIMITS: "{\"upload\":{\"limit\":0,\"scale_ms\":1000}}" }],
     ["RATE_LIMITS", { RATE_LIMITS: "{\"uplaod\":{\"limit\":1,\"scale_ms\":1000}}" }],

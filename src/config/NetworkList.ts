@@ -3,9 +3,19 @@ import ipaddr from "ipaddr.js"
 /** A parsed IP range; a bare address is a range of one. */
 export type Cidr = readonly [ipaddr.IPv4 | ipaddr.IPv6, number]
 
+/**
+ * Whether `text` is an address in its standard form: four decimal parts for IPv4. ipaddr.js also
+ * reads shorthand, hex and octal parts (`127.1`, `10/8` as 0.0.0.10/8, `010.0.0.1` as 8.0.0.1),
+ * which an operator would not mean.
+ */
+const isStandardAddress = (text: string) =>
+  text.includes(":") ? ipaddr.IPv6.isValid(text) : ipaddr.IPv4.isValidFourPartDecimal(text)
+
 /** Parses `1.2.3.4`, `10.0.0.0/8`, `::1/128`; undefined when malformed. */
 export const parseCidr = (text: string): Cidr | undefined => {
   const trimmed = text.trim()
+  const [address, bits, ...rest] = trimmed.split("/")
+  if (!isStandardAddress(address!) || rest.length > 0 || (bits !== undefined && !/^\d{1,3}$/.test(bits))) return undefined
   try {
     if (trimmed.includes("/")) {
       const [address, bits] = ipaddr.parseCIDR(trimmed)
