@@ -5,6 +5,7 @@ import { Effect, Layer, Logger } from "effect"
 import { createServer } from "node:http"
 import { connect } from "node:net"
 import { EdgeMiddleware } from "../src/http/EdgeMiddleware.js"
+import { createNodeServer } from "../src/http/NodeServer.js"
 import { MAX_JSON_BODY_BYTES } from "../src/http/EdgeRules.js"
 import { RouteTableLive } from "../src/http/RouteTable.js"
 import { Lifecycle } from "../src/ops/Lifecycle.js"
@@ -307,5 +308,33 @@ describe("HTTP edge: defects", () => {
       expect(errors).toHaveLength(1)
       expect(errors[0]!.annotations["request_id"]).toBe("defect-1")
       expect(errors[0]!.cause).toContain("secret internal detail")
+    }))
+})
+
+describe("node server", () => {
+  // While the node stops, the platform detaches the router before it closes the listener: a request
+  // accepted in between must still be answered, or it waits until the process exits.
+  it.effect("a request that arrives after the router let go is answered 503 draining, and the connection closes", () =>
+    Effect.gen(function*() {
+      const server = createNodeServer()
+      const port = yield* Effect.async<number>((resume) => {
+        server.listen(0, "127.0.0.1", () => resume(Effect.succeed((server.address() as { port: number }).port)))
+      })
+      const reply = yield* rawRequest(`http://127.0.0.1:${port}`, {
+        method: "GET",
+        path: "/health/live",
+        headers: { "x-request-id": "late-1" }
+      }).pipe(Effect.timeout("5 seconds"), Effect.ensuring(Effect.sync(() => server.close())))
+      expect(reply.status).toBe(503)
+      expect(reply.headers["retry-after"]).toBe("1")
+      expect(reply.headers["connection"]).toBe("close")
+      expect(JSON.parse(reply.text)).toEqual({
+        error: {
+          code: "unavailable",
+          message: expect.any(String),
+          details: { reason: "draining", retry_after_ms: 1000 },
+          request_id: "late-1"
+        }
+      })
     }))
 })

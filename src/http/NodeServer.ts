@@ -1,5 +1,6 @@
 import { IncomingMessage, Server, type ServerResponse } from "node:http"
 import type { Duplex } from "node:stream"
+import { requestIdFrom } from "./RequestId.js"
 
 /**
  * A request whose body is abandoned rather than destroyed. The platform stops reading a body over
@@ -42,6 +43,35 @@ const answerClientError = (error: Error & { readonly code?: string }, socket: Du
   )
 }
 
+/** How soon a client refused by a stopping node should try again (on another node). */
+const STOPPING_RETRY_AFTER_MS = 1000
+
+/**
+ * The answer to a request that arrives after the router let go of the server while it stops: the
+ * platform detaches its handler before it closes the listener, and a request accepted in between
+ * would otherwise wait, unanswered, until the process exits.
+ */
+const answerStopping = (request: AbandonableRequest, response: ServerResponse) => {
+  const header = request.headers["x-request-id"]
+  const requestId = requestIdFrom(Array.isArray(header) ? header[0] : header)
+  const body = JSON.stringify({
+    error: {
+      code: "unavailable",
+      message: "this node is not serving requests now (it is stopping), retry",
+      details: { reason: "draining", retry_after_ms: STOPPING_RETRY_AFTER_MS },
+      request_id: requestId
+    }
+  })
+  response.writeHead(503, {
+    "content-type": "application/json",
+    "content-length": Buffer.byteLength(body),
+    "x-request-id": requestId,
+    "retry-after": String(STOPPING_RETRY_AFTER_MS / 1000),
+    connection: "close"
+  })
+  response.end(body)
+}
+
 /** Answers a request itself and returns true, or returns false to leave it to the router. */
 export type RequestClaim = (request: AbandonableRequest, response: ServerResponse) => boolean
 
@@ -63,6 +93,10 @@ class NodeServer extends Server<typeof AbandonableRequest> {
         if (request.abandoned) request.socket.destroySoon()
       })
       if (this.claim(request, response)) return true
+      if (this.listenerCount("request") === 0) {
+        answerStopping(request, response)
+        return true
+      }
     }
     return super.emit(event, ...args)
   }
