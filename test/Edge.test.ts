@@ -41,10 +41,11 @@ layer(TestNodeLive(), { excludeTestServices: true })("HTTP edge", (it) => {
       const reply = yield* admin("DELETE", "/tenants")
       expect(reply.status).toBe(405)
       expect(reply.body).toEqual(envelope("method_not_allowed"))
-      expect(reply.headers.get("allow")?.split(", ").sort()).toEqual(["GET", "POST"])
+      // HEAD is served wherever GET is, so it is allowed there too.
+      expect(reply.headers.get("allow")?.split(", ").sort()).toEqual(["GET", "HEAD", "POST"])
       const item = yield* admin("POST", `/tenants/${crypto.randomUUID()}`)
       expect(item.status).toBe(405)
-      expect(item.headers.get("allow")?.split(", ").sort()).toEqual(["DELETE", "GET", "PATCH", "PUT"])
+      expect(item.headers.get("allow")?.split(", ").sort()).toEqual(["DELETE", "GET", "HEAD", "PATCH", "PUT"])
     }))
 
   it.effect("Accept without JSON is 406 not_acceptable; */*, application/json and none are served", () =>
@@ -52,6 +53,9 @@ layer(TestNodeLive(), { excludeTestServices: true })("HTTP edge", (it) => {
       const html = yield* admin("GET", "/tenants", undefined, { accept: "text/html" })
       expect(html.status).toBe(406)
       expect(html.body).toEqual(envelope("not_acceptable"))
+      // The router matches paths whatever their case; so does the check.
+      const shouted = yield* request("GET", "/API/v1/admin/tenants", { headers: { ...authorization, accept: "text/html" } })
+      expect(shouted.status).toBe(406)
       const refused = yield* admin("GET", "/tenants", undefined, { accept: "application/json;q=0, text/plain" })
       expect(refused.status).toBe(406)
       for (const accept of ["*/*", "application/json", "text/html, application/json;q=0.5"]) {

@@ -301,7 +301,7 @@ layer(
       const wrongMethod = yield* request("GET", "/api/v1/tokens")
       expectError(wrongMethod, 405, "method_not_allowed")
       expect(wrongMethod.headers.get("allow")).toBe("POST")
-      expect((yield* request("DELETE", "/api/v1/conversations")).headers.get("allow")).toBe("GET, POST")
+      expect((yield* request("DELETE", "/api/v1/conversations")).headers.get("allow")).toBe("GET, POST, HEAD")
       yield* post("/tokens", {})
       const metrics = yield* request("GET", "/metrics")
       expect(metrics.body).toContain('parley_http_requests_total{route="/api/v1/tokens",method="POST",status="400"}')

@@ -136,7 +136,8 @@ export const EdgeMiddleware = HttpLayerRouter.middleware(
         const requestId = requestIdFrom(request.headers["x-request-id"])
         const started = performance.now()
         const template = routes.template(request.method, request.url)
-        const isApi = request.url.startsWith("/api/")
+        // The router matches paths whatever their case, so this does too.
+        const isApi = /^\/api\//i.test(request.url)
         const deprecated = deprecatedSurface(request, template)
 
         const contentLength = Number(request.headers["content-length"] ?? "0")

@@ -42,6 +42,10 @@ export const RouteTableLive = (routes: ReadonlyArray<RouteSpec>) =>
       (router.find(method, url) ?? (method === "HEAD" ? router.find("GET", url) : undefined))?.handler
     return {
       template,
-      allowedMethods: (url) => METHODS.filter((method) => router.find(method, url) !== undefined)
+      // HEAD is served wherever GET is.
+      allowedMethods: (url) => {
+        const allowed: Array<string> = METHODS.filter((method) => router.find(method, url) !== undefined)
+        return allowed.includes("GET") ? [...allowed, "HEAD"] : allowed
+      }
     }
   })
