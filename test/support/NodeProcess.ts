@@ -1,7 +1,7 @@
 import { Effect, Schedule } from "effect"
 import { type ChildProcess, spawn } from "node:child_process"
 import { fileURLToPath } from "node:url"
-import { ADMIN_TOKEN, freePort } from "./TestNode.js"
+import { ADMIN_TOKEN, freePorts } from "./TestNode.js"
 
 const repoRoot = fileURLToPath(new URL("../..", import.meta.url))
 
@@ -34,8 +34,7 @@ const waitReady = (baseUrl: string, child: ChildProcess, output: () => string) =
 export const spawnNode = (name: string, env: Record<string, string>) =>
   Effect.acquireRelease(
     Effect.gen(function*() {
-      const port = yield* freePort
-      const runnerPort = yield* freePort
+      const [port, runnerPort] = yield* freePorts(2)
       let log = ""
       const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], {
         cwd: repoRoot,

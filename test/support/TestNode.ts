@@ -1,5 +1,5 @@
 import { ConfigProvider, Context, Effect, Layer } from "effect"
-import { createServer } from "node:net"
+import { type AddressInfo, createServer } from "node:net"
 import { AppConfig } from "../../src/config/AppConfig.js"
 import { LoggingLive, NodeLive } from "../../src/NodeLive.js"
 import { TestDatabase, TestDatabaseLive } from "./TestDatabase.js"
@@ -9,22 +9,32 @@ export class TestNode extends Context.Tag("test/TestNode")<TestNode, { readonly 
 
 export const ADMIN_TOKEN = "test-admin-token-0123456789abcdef0123"
 
-export const freePort = Effect.async<number>((resume) => {
-  const server = createServer()
-  server.listen(0, "127.0.0.1", () => {
-    const address = server.address()
-    const port = typeof address === "object" && address !== null ? address.port : 0
-    server.close(() => resume(Effect.succeed(port)))
+/**
+ * `count` distinct free ports on 127.0.0.1. Each is held until all are known: ports taken one after
+ * the other could be the same one twice (a node's HTTP and runner ports then collide).
+ */
+export const freePorts = (count: number) =>
+  Effect.async<ReadonlyArray<number>>((resume) => {
+    const servers = Array.from({ length: count }, () => createServer())
+    let listening = 0
+    for (const server of servers) {
+      server.listen(0, "127.0.0.1", () => {
+        if (++listening < count) return
+        const ports = servers.map((s) => (s.address() as AddressInfo).port)
+        let closed = 0
+        for (const s of servers) s.close(() => ++closed === count && resume(Effect.succeed(ports)))
+      })
+    }
   })
-})
+
+export const freePort = Effect.map(freePorts(1), (ports) => ports[0]!)
 
 /** A whole node in this process, on a free port and the test file's database. */
 export const TestNodeLive = (env: Record<string, string> = {}) =>
   Layer.unwrapScoped(
     Effect.gen(function*() {
       const db = yield* TestDatabase
-      const port = yield* freePort
-      const runnerPort = yield* freePort
+      const [port, runnerPort] = yield* freePorts(2)
       const provider = ConfigProvider.fromMap(
         new Map(Object.entries({
           PORT: String(port),
