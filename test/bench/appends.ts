@@ -764,7 +764,9 @@ const main = async () => {
     if (options.only.has("parley") || options.only.has("single")) {
       const adminToken = randomBytes(24).toString("hex")
       const port = await freePort()
-      const runnerPort = await freePort()
+      // Two picks in a row can return the same port.
+      let runnerPort = await freePort()
+      while (runnerPort === port) runnerPort = await freePort()
       const nodeArgs = parleyNodeArgs()
       const entry = process.env["BENCH_SERVER_ENTRY"] ?? "dist/src/main.js"
       console.log(`starting Parley (node ${[...nodeArgs, entry].join(" ")}) ...`)
