@@ -11,18 +11,25 @@ export interface PoolWaits {
  */
 export class MeasuredPool extends Pg.Pool implements PoolWaits {
   private samples: Array<readonly [number, number]> = []
+  /** Start times of the checkouts still waiting, by checkout. */
+  private readonly waiting = new Map<number, number>()
+  private checkouts = 0
 
-  private record(startedAt: number) {
+  private record(checkout: number, startedAt: number) {
+    this.waiting.delete(checkout)
     const now = performance.now()
     this.samples.push([now, now - startedAt])
     if (this.samples.length > 10_000) this.samples = this.samples.slice(-5_000)
   }
 
+  /** Waits that ended in the window, and those still going on so far: a stuck pool shows too. */
   averageWaitMs(windowMs: number): number {
-    const since = performance.now() - windowMs
-    this.samples = this.samples.filter(([at]) => at >= since)
-    if (this.samples.length === 0) return 0
-    return this.samples.reduce((sum, [, waited]) => sum + waited, 0) / this.samples.length
+    const now = performance.now()
+    this.samples = this.samples.filter(([at]) => at >= now - windowMs)
+    let sum = this.samples.reduce((total, [, waited]) => total + waited, 0)
+    for (const startedAt of this.waiting.values()) sum += now - startedAt
+    const count = this.samples.length + this.waiting.size
+    return count === 0 ? 0 : sum / count
   }
 
   override connect(): Promise<Pg.PoolClient>
@@ -33,14 +40,13 @@ export class MeasuredPool extends Pg.Pool implements PoolWaits {
     callback?: (err: Error | undefined, client: Pg.PoolClient | undefined, done: (release?: unknown) => void) => void
   ): Promise<Pg.PoolClient> | void {
     const startedAt = performance.now()
+    const checkout = ++this.checkouts
+    this.waiting.set(checkout, startedAt)
     if (callback === undefined) {
-      return super.connect().then((client) => {
-        this.record(startedAt)
-        return client
-      })
+      return super.connect().finally(() => this.record(checkout, startedAt))
     }
     super.connect((err, client, done) => {
-      this.record(startedAt)
+      this.record(checkout, startedAt)
       callback(err, client, done)
     })
   }
