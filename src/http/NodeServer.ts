@@ -1,5 +1,6 @@
 import { IncomingMessage, Server, type ServerResponse } from "node:http"
 import type { Duplex } from "node:stream"
+import { envelopeBody } from "./ErrorEnvelope.js"
 import { requestIdFrom } from "./RequestId.js"
 
 /**
@@ -36,7 +37,7 @@ const answerClientError = (error: Error & { readonly code?: string }, socket: Du
   if (error.code === "ECONNRESET" || !socket.writable) return socket.destroy()
   const requestId = crypto.randomUUID()
   const answer = clientErrorAnswer(error.code)
-  const body = JSON.stringify({ error: { code: answer.code, message: answer.message, details: null, request_id: requestId } })
+  const body = JSON.stringify(envelopeBody(answer.code, answer.message, null, requestId))
   socket.end(
     `HTTP/1.1 ${answer.status}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
       `x-request-id: ${requestId}\r\nconnection: close\r\n\r\n${body}`
@@ -54,14 +55,12 @@ const STOPPING_RETRY_AFTER_MS = 1000
 const answerStopping = (request: AbandonableRequest, response: ServerResponse) => {
   const header = request.headers["x-request-id"]
   const requestId = requestIdFrom(Array.isArray(header) ? header[0] : header)
-  const body = JSON.stringify({
-    error: {
-      code: "unavailable",
-      message: "this node is not serving requests now (it is stopping), retry",
-      details: { reason: "draining", retry_after_ms: STOPPING_RETRY_AFTER_MS },
-      request_id: requestId
-    }
-  })
+  const body = JSON.stringify(envelopeBody(
+    "unavailable",
+    "this node is not serving requests now (it is stopping), retry",
+    { reason: "draining", retry_after_ms: STOPPING_RETRY_AFTER_MS },
+    requestId
+  ))
   response.writeHead(503, {
     "content-type": "application/json",
     "content-length": Buffer.byteLength(body),
