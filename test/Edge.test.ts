@@ -168,6 +168,39 @@ layer(TestNodeLive(), { excludeTestServices: true })("HTTP edge", (it) => {
       expect(refused.body.error.code).toBe("insufficient_scope")
     }))
 
+  it.effect("a number beyond double precision is refused per field, never stored as null", () =>
+    Effect.gen(function*() {
+      const { conversationId, key } = yield* tenantWithConversation
+      const problem = ["numbers must be within double precision (at most about 1.8e308)"]
+      const activity = yield* request("POST", `/api/v1/conversations/${conversationId}/activities`, {
+        raw: `{"text": "hi", "metadata": {"score": 1e999}}`,
+        headers: { "x-api-key": key }
+      })
+      expect(activity.status).toBe(422)
+      expect(activity.body.error).toMatchObject({ code: "invalid_message", details: { metadata: problem } })
+      const typed = yield* request("POST", `/api/v1/conversations/${conversationId}/activities`, {
+        raw: `{"message_type": "location", "payload": {"latitude": -1e400, "longitude": 2}}`,
+        headers: { "x-api-key": key }
+      })
+      expect(typed.status).toBe(422)
+      expect(typed.body.error).toMatchObject({ code: "invalid_message", details: { payload: problem } })
+      expect(yield* storedTexts(conversationId)).toHaveLength(0)
+      // Large but finite numbers are kept as sent.
+      const finite = yield* request("POST", `/api/v1/conversations/${conversationId}/activities`, {
+        raw: `{"text": "hi", "metadata": {"score": 1e308}}`,
+        headers: { "x-api-key": key }
+      })
+      expect(finite.status).toBe(201)
+      expect(finite.body.data.metadata).toEqual({ score: 1e308 })
+
+      const channel = yield* request("POST", "/api/v1/manage/channels", {
+        raw: `{"channel": {"name": "c", "type": "websocket", "config": {"weight": 1e999}}}`,
+        headers: { "x-api-key": key }
+      })
+      expect(channel.status).toBe(422)
+      expect(channel.body.error).toMatchObject({ code: "validation_failed", details: { "config.weight": problem } })
+    }))
+
   it.effect("the router reads a body without a content type as JSON, depth limit included; other types are 400", () =>
     Effect.gen(function*() {
       const { channel, conversationId, key } = yield* tenantWithConversation

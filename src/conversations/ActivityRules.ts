@@ -3,7 +3,7 @@ import { ActivityType } from "../domain/Activity.js"
 import type { InvalidMessage } from "../domain/ApiError.js"
 import { exceedsCharacters } from "../domain/Characters.js"
 import { Problems } from "../domain/Problems.js"
-import { UNSTORABLE_PROBLEM, unstorablePath } from "../domain/Unstorable.js"
+import { findUnstorable } from "../domain/Unstorable.js"
 import { checkPayload, MESSAGE_TYPE_NAME, textOf } from "../domain/TypedMessage.js"
 
 /** Byte limits of the documents ("Limits"). */
@@ -29,8 +29,11 @@ const encoder = new TextEncoder()
 const truncateUtf8 = (text: string, maxBytes: number): string =>
   bytes(text) <= maxBytes ? text : text.slice(0, encoder.encodeInto(text, new Uint8Array(maxBytes)).read)
 
-/** Whether a string anywhere in a JSON value (keys included) holds a character PostgreSQL cannot store. */
-const containsUnstorable = (value: unknown): boolean => unstorablePath(value) !== undefined
+/** Adds the problem of the first value of `value` PostgreSQL could not store as sent, if any. */
+const checkStorable = (field: string, value: unknown, problems: Problems): void => {
+  const found = findUnstorable(value)
+  if (found !== undefined) problems.add(field, found.problem)
+}
 
 const isObject = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
 
@@ -94,8 +97,10 @@ export const checkActivity = (input: ActivityInput): Effect.Effect<CheckedActivi
     if (input.sender !== undefined && input.sender !== null) {
       if (typeof input.sender !== "string" || input.sender.length === 0 || exceedsCharacters(input.sender, Limits.sender)) {
         problems.add("sender", `must be a string of 1 to ${Limits.sender} characters`)
-      } else if (containsUnstorable(input.sender)) problems.add("sender", UNSTORABLE_PROBLEM)
-      else sender = input.sender
+      } else {
+        checkStorable("sender", input.sender, problems)
+        sender = input.sender
+      }
     }
 
     let text: string | null = null
@@ -104,20 +109,22 @@ export const checkActivity = (input: ActivityInput): Effect.Effect<CheckedActivi
       else {
         const limit = type === "messageReaction" ? Limits.reaction : Limits.text
         if (bytes(input.text) > limit) problems.add("text", `at most ${limit} bytes`)
-        if (containsUnstorable(input.text)) problems.add("text", UNSTORABLE_PROBLEM)
+        checkStorable("text", input.text, problems)
         text = input.text
       }
     }
 
     const attachments = checkAttachments(input.attachments, problems)
-    if (containsUnstorable(attachments)) problems.add("attachments", UNSTORABLE_PROBLEM)
+    checkStorable("attachments", attachments, problems)
 
     let metadata: Record<string, unknown> = {}
     if (input.metadata !== undefined && input.metadata !== null) {
       if (!isObject(input.metadata)) problems.add("metadata", "must be an object")
       else if (bytes(JSON.stringify(input.metadata)) > Limits.metadata) problems.add("metadata", `at most ${Limits.metadata} bytes`)
-      else if (containsUnstorable(input.metadata)) problems.add("metadata", UNSTORABLE_PROBLEM)
-      else metadata = input.metadata
+      else {
+        checkStorable("metadata", input.metadata, problems)
+        metadata = input.metadata
+      }
     }
 
     let replyToId: string | null = null
@@ -141,11 +148,14 @@ export const checkActivity = (input: ActivityInput): Effect.Effect<CheckedActivi
       if (!hasPayload) problems.add("payload", "is required with message_type")
       else if (!isObject(input.payload)) problems.add("payload", "must be an object")
       else if (bytes(JSON.stringify(input.payload)) > Limits.payload) problems.add("payload", `at most ${Limits.payload} bytes`)
-      else if (containsUnstorable(input.payload)) problems.add("payload", UNSTORABLE_PROBLEM)
-      else if (messageType !== null) {
-        const checked = checkPayload(messageType, input.payload)
-        if (Either.isLeft(checked)) checked.left.forEach((message) => problems.add("payload", message))
-        else payload = input.payload
+      else {
+        const unstorable = findUnstorable(input.payload)
+        if (unstorable !== undefined) problems.add("payload", unstorable.problem)
+        else if (messageType !== null) {
+          const checked = checkPayload(messageType, input.payload)
+          if (Either.isLeft(checked)) checked.left.forEach((message) => problems.add("payload", message))
+          else payload = input.payload
+        }
       }
     }
     if (messageType !== null && payload !== null && text === null) {

@@ -1,26 +1,37 @@
 /** U+0000, or half of a surrogate pair: PostgreSQL stores neither in text or jsonb. */
-const UNSTORABLE = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
+const UNSTORABLE_TEXT = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
 
-export const UNSTORABLE_PROBLEM = "must be Unicode text without U+0000 or unpaired surrogates"
+const UNSTORABLE_PROBLEM = "must be Unicode text without U+0000 or unpaired surrogates"
+/** `JSON.parse` reads `1e999` as Infinity, which would be stored as `null`: refused instead of changed. */
+const UNSTORABLE_NUMBER_PROBLEM = "numbers must be within double precision (at most about 1.8e308)"
+
+/** A value of a JSON document that would not be stored as sent: where it is, and why. */
+export interface Unstorable {
+  readonly path: ReadonlyArray<string | number>
+  readonly problem: string
+}
+
+const at = (step: string | number, inner: Unstorable): Unstorable => ({ path: [step, ...inner.path], problem: inner.problem })
 
 /**
- * Where in a JSON value a string (or a key) holds a character PostgreSQL cannot store: the path of
- * keys and indexes to it, or undefined when there is none.
+ * The first value in a JSON document that PostgreSQL cannot store as sent: a string (or key) with
+ * U+0000 or an unpaired surrogate, or a number beyond double precision. Undefined when there is none.
  */
-export const unstorablePath = (value: unknown): ReadonlyArray<string | number> | undefined => {
-  if (typeof value === "string") return UNSTORABLE.test(value) ? [] : undefined
+export const findUnstorable = (value: unknown): Unstorable | undefined => {
+  if (typeof value === "string") return UNSTORABLE_TEXT.test(value) ? { path: [], problem: UNSTORABLE_PROBLEM } : undefined
+  if (typeof value === "number") return Number.isFinite(value) ? undefined : { path: [], problem: UNSTORABLE_NUMBER_PROBLEM }
   if (Array.isArray(value)) {
     for (let i = 0; i < value.length; i++) {
-      const inner = unstorablePath(value[i])
-      if (inner !== undefined) return [i, ...inner]
+      const inner = findUnstorable(value[i])
+      if (inner !== undefined) return at(i, inner)
     }
     return undefined
   }
   if (typeof value !== "object" || value === null) return undefined
   for (const [key, item] of Object.entries(value)) {
-    if (UNSTORABLE.test(key)) return [key]
-    const inner = unstorablePath(item)
-    if (inner !== undefined) return [key, ...inner]
+    if (UNSTORABLE_TEXT.test(key)) return { path: [key], problem: UNSTORABLE_PROBLEM }
+    const inner = findUnstorable(item)
+    if (inner !== undefined) return at(key, inner)
   }
   return undefined
 }

@@ -2,7 +2,7 @@ import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import { Effect, Option } from "effect"
 import { ValidationFailed } from "../domain/ApiError.js"
 import { fieldPath } from "../domain/Problems.js"
-import { UNSTORABLE_PROBLEM, unstorablePath } from "../domain/Unstorable.js"
+import { findUnstorable } from "../domain/Unstorable.js"
 import { isJsonContentType, MAX_JSON_BODY_BYTES, MAX_JSON_DEPTH, nestsDeeperThan, REQUEST_BODY_TOO_DEEP } from "./EdgeRules.js"
 
 /** Why the edge answers a request's body itself, before any route reads it. */
@@ -30,17 +30,18 @@ const hasBody = (request: HttpServerRequest.HttpServerRequest) =>
  */
 export const answersOwnBody = (method: string, template: string) => method === "POST" && template === "/api/v1/conversations"
 
-/** The first unstorable string of a resource body, keyed as its validation details are (below the wrapper). */
-const unstorableField = (text: string): Option.Option<string> => {
+/** The first unstorable value of a resource body, keyed as its validation details are (below the wrapper). */
+const unstorableField = (text: string): Option.Option<readonly [field: string, problem: string]> => {
   let body: unknown
   try {
     body = JSON.parse(text)
   } catch {
     return Option.none() // the route answers malformed JSON
   }
-  const path = unstorablePath(body)
-  if (path === undefined) return Option.none()
-  return Option.some((path.length > 1 ? path.slice(1) : path).reduce<string>(fieldPath, ""))
+  const found = findUnstorable(body)
+  if (found === undefined) return Option.none()
+  const { path, problem } = found
+  return Option.some([(path.length > 1 ? path.slice(1) : path).reduce<string>(fieldPath, ""), problem])
 }
 
 /**
@@ -86,9 +87,9 @@ export const refuseUnstorableBody: Effect.Effect<void, ValidationFailed, HttpSer
     !hasBody(request) || !isReadAsJson(request) ? Effect.void : request.text.pipe(
       Effect.map(unstorableField),
       // A body that cannot be read is the route's to answer.
-      Effect.orElseSucceed(() => Option.none<string>()),
+      Effect.orElseSucceed(() => Option.none<readonly [string, string]>()),
       Effect.flatMap(Option.match({
         onNone: () => Effect.void,
-        onSome: (field) => Effect.fail(new ValidationFailed({ message: "validation failed", fields: { [field]: [UNSTORABLE_PROBLEM] } }))
+        onSome: ([field, problem]) => Effect.fail(new ValidationFailed({ message: "validation failed", fields: { [field]: [problem] } }))
       }))
     ))
