@@ -240,6 +240,39 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
         expect((yield* tenantApi(key, "GET", path)).body.data).toHaveLength(4)
       }))
 
+    it.effect("a deleted message is not edited or reacted to; replies, a repeated delete and retries still work", () =>
+      Effect.gen(function*() {
+        const { conversationId, key } = yield* tenantWithConversation
+        const path = `/conversations/${conversationId}/activities`
+        const original = (yield* tenantApi(key, "POST", path, { text: "v1", sender: "alice" })).body.data
+        const retried = { "x-idempotency-key": "edit-1" }
+        const edit = { type: "messageUpdate", text: "v2", sender: "alice", reply_to_id: original.id }
+        const edited = yield* tenantApi(key, "POST", path, edit, retried)
+        expect(edited.status).toBe(201)
+        const del = { type: "messageDelete", sender: "alice", reply_to_id: original.id }
+        expect((yield* tenantApi(key, "POST", path, del)).status).toBe(201)
+        const deletedAt = (yield* tenantApi(key, "GET", path)).body.data[0].deleted_at
+
+        for (const body of [edit, { type: "messageReaction", text: "👍", sender: "bob", reply_to_id: original.id }]) {
+          const refused = yield* tenantApi(key, "POST", path, body)
+          expect(refused.status, body.type).toBe(422)
+          expect(refused.body.error).toMatchObject({
+            code: "invalid_message",
+            details: { reply_to_id: ["the message is deleted: it cannot be edited or reacted to"] }
+          })
+        }
+        // The edit accepted before the deletion is what its retry gets, not a refusal.
+        const retry = yield* tenantApi(key, "POST", path, edit, retried)
+        expect(retry.status).toBe(201)
+        expect(retry.body.data.id).toBe(edited.body.data.id)
+        expect((yield* tenantApi(key, "POST", path, { text: "re", sender: "bob", reply_to_id: original.id })).status).toBe(201)
+        // A second delete is accepted and keeps the first deletion time.
+        expect((yield* tenantApi(key, "POST", path, del)).status).toBe(201)
+        const listed = (yield* tenantApi(key, "GET", path)).body.data
+        expect(listed.map((a: { type: string }) => a.type)).toEqual(["message", "messageUpdate", "messageDelete", "message", "messageDelete"])
+        expect(listed[0].deleted_at).toBe(deletedAt)
+      }))
+
     it.effect("an unknown or foreign conversation is 404", () =>
       Effect.gen(function*() {
         const { key } = yield* tenantWithConversation

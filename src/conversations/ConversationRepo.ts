@@ -131,12 +131,17 @@ export class ConversationRepo extends Effect.Service<ConversationRepo>()("parley
         })
       }).pipe(sql.withTransaction)
 
-    const TargetRow = Schema.Struct({ conversation_id: Schema.String, type: Schema.String, sender: Schema.String })
+    const TargetRow = Schema.Struct({
+      conversation_id: Schema.String,
+      type: Schema.String,
+      sender: Schema.String,
+      deleted: Schema.Boolean
+    })
     // Scoped to the tenant: another tenant's activity is as unknown as a missing one.
     const findTarget = SqlSchema.findOne({
       Request: Schema.Struct({ tenantId: Schema.String, id: Schema.String }),
       Result: TargetRow,
-      execute: ({ id, tenantId }) => sql`SELECT conversation_id, type, sender FROM activities WHERE id = ${id} AND tenant_id = ${tenantId}`
+      execute: ({ id, tenantId }) => sql`SELECT conversation_id, type, sender, deleted_at IS NOT NULL AS deleted FROM activities WHERE id = ${id} AND tenant_id = ${tenantId}`
     })
 
     const SeqRow = Schema.Struct({ seq: Schema.NumberFromString })

@@ -16,7 +16,7 @@ import {
   Unavailable
 } from "../domain/ApiError.js"
 import { decodeWatermark } from "../domain/Watermark.js"
-import { type ActivityInput, checkActivity } from "./ActivityRules.js"
+import { type ActivityInput, checkActivity, type CheckedActivity } from "./ActivityRules.js"
 import { ActivityStore } from "./ActivityStore.js"
 import { ConversationRepo, type ListFilter } from "./ConversationRepo.js"
 import { ANSWER_TIMEOUT_MS, WRITE_DEADLINE_MS, WRITE_SETTLED_AFTER_MS } from "./WriteTimings.js"
@@ -169,25 +169,41 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
     const list = (filter: ListFilter) => repo.list(filter).pipe(orUnavailable)
 
     /** Checks `reply_to_id`: an activity of this conversation; edits and deletes only of one's own. */
-    const checkTarget = (tenantId: string, conversationId: string, type: string, sender: string, replyToId: string | null) =>
-      replyToId === null ? Effect.void : repo.findTarget(tenantId, replyToId).pipe(
+    /**
+     * Checks what `reply_to_id` names. A deleted message can still be replied to or deleted again,
+     * not edited or reacted to. Deletion is the one refusal that changes over time, so when it
+     * refuses an append with an idempotency key, an append stored under that key before the
+     * deletion is the answer (a retry), as it would have been.
+     */
+    const checkTarget = (
+      tenantId: string,
+      conversationId: string,
+      checked: CheckedActivity,
+      key: string | null
+    ): Effect.Effect<Option.Option<Activity>, InvalidMessage | BadRequest | Unavailable> => {
+      const refuse = (message: string) =>
+        Effect.fail(new InvalidMessage({ message: "the activity is invalid", fields: { reply_to_id: [message] } }))
+      const modifies = checked.type === "messageUpdate" || checked.type === "messageDelete"
+      return repo.findTarget(tenantId, checked.reply_to_id!).pipe(
         orUnavailable,
-        Effect.flatMap(Option.match({
-          onNone: () => Effect.fail("is not an activity of this conversation"),
-          onSome: (target) =>
-            target.conversation_id !== conversationId.toLowerCase()
-              ? Effect.fail("is not an activity of this conversation")
-              : (type === "messageUpdate" || type === "messageDelete") && target.type !== "message"
-              ? Effect.fail("only a message can be edited or deleted")
-              : (type === "messageUpdate" || type === "messageDelete") && target.sender !== sender
-              ? Effect.fail("cannot edit or delete someone else's message")
-              : Effect.void
-        })),
-        Effect.catchIf(
-          (e): e is string => typeof e === "string",
-          (message) => Effect.fail(new InvalidMessage({ message: "the activity is invalid", fields: { reply_to_id: [message] } }))
-        )
+        Effect.flatMap((found): Effect.Effect<Option.Option<Activity>, InvalidMessage | BadRequest | Unavailable> => {
+          if (Option.isNone(found) || found.value.conversation_id !== conversationId) {
+            return refuse("is not an activity of this conversation")
+          }
+          const target = found.value
+          if (modifies && target.type !== "message") return refuse("only a message can be edited or deleted")
+          if (modifies && target.sender !== checked.sender) return refuse("cannot edit or delete someone else's message")
+          if (target.deleted && (checked.type === "messageUpdate" || checked.type === "messageReaction")) {
+            const deleted = refuse("the message is deleted: it cannot be edited or reacted to")
+            return key === null ? deleted : store.findExisting(conversationId, [], [key]).pipe(
+              orUnavailable,
+              Effect.flatMap((stored) => stored.length > 0 ? Effect.succeed(Option.some(stored[0]!)) : deleted)
+            )
+          }
+          return Effect.succeed(Option.none())
+        })
       )
+    }
 
     /**
      * Validates and appends an activity. A repeated idempotency key returns the original activity.
@@ -211,14 +227,13 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
             ? Effect.fail(new BadRequest({ message: "x-idempotency-key must be 1 to 255 characters" }))
             : Effect.void
         ),
-        Effect.tap((checked) => checkTarget(scope.tenantId, conversationId, checked.type, checked.sender, checked.reply_to_id)),
         Effect.flatMap((checked) => {
-          const draft: ActivityDraft = { ...checked, id: crypto.randomUUID(), idempotency_key: key, source_channel_id: options.sourceChannelId }
           // One entity per conversation, however the caller spelled its id.
-          return appendTo(
-            conversationId.toLowerCase(),
-            { tenantId: scope.tenantId, draft, deadline: options.arrivedAt + WRITE_DEADLINE_MS },
-            options.arrivedAt
+          const id = conversationId.toLowerCase()
+          const draft: ActivityDraft = { ...checked, id: crypto.randomUUID(), idempotency_key: key, source_channel_id: options.sourceChannelId }
+          const write = appendTo(id, { tenantId: scope.tenantId, draft, deadline: options.arrivedAt + WRITE_DEADLINE_MS }, options.arrivedAt)
+          return checked.reply_to_id === null ? write : checkTarget(scope.tenantId, id, checked, key).pipe(
+            Effect.flatMap(Option.match({ onNone: () => write, onSome: Effect.succeed }))
           )
         })
       )
