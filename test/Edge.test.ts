@@ -254,6 +254,9 @@ layer(TestNodeLive(), { excludeTestServices: true })("HTTP edge", (it) => {
       const parsed = JSON.parse(body!)
       expect(parsed).toEqual(envelope("bad_request"))
       expect(head).toContain(`x-request-id: ${parsed.error.request_id}`)
+      // Counted, though no route saw it and its method could not be trusted.
+      const metrics = yield* request("GET", "/metrics")
+      expect(metrics.body).toContain('parley_http_requests_total{route="unparsed",method="unknown",status="400"} 1')
     }))
 
   it.effect("x-request-id is echoed when sane, generated otherwise, and equals error.request_id", () =>
@@ -353,7 +356,8 @@ describe("node server", () => {
   // accepted in between must still be answered, or it waits until the process exits.
   it.effect("a request that arrives after the router let go is answered 503 draining, and the connection closes", () =>
     Effect.gen(function*() {
-      const server = createNodeServer()
+      const answered: Array<unknown> = []
+      const server = createNodeServer(() => false, (...answer) => answered.push(answer))
       const port = yield* Effect.async<number>((resume) => {
         server.listen(0, "127.0.0.1", () => resume(Effect.succeed((server.address() as { port: number }).port)))
       })
@@ -373,5 +377,6 @@ describe("node server", () => {
           request_id: "late-1"
         }
       })
+      expect(answered).toEqual([["stopping", "GET", 503]])
     }))
 })

@@ -27,6 +27,7 @@ import { UsersHandlers } from "./UsersHandlers.js"
 import { EdgeMiddleware } from "./EdgeMiddleware.js"
 import { DeprecationsPage, deprecationsRoutes } from "./DeprecationsPage.js"
 import { LegacyRoutes, legacyRoutes } from "./LegacyRoutes.js"
+import { Metrics } from "../ops/Metrics.js"
 import { createNodeServer } from "./NodeServer.js"
 import { ParleyApi } from "./ParleyApi.js"
 import { RouteTableLive, routesOf } from "./RouteTable.js"
@@ -95,7 +96,11 @@ export const ServerLive = Layer.unwrapEffect(
   Effect.gen(function*() {
     const config = yield* AppConfig
     const appendRoute = yield* AppendRoute
-    return NodeHttpServer.layer(() => createNodeServer(appendRoute.claim), { host: config.host, port: config.port })
+    const metrics = yield* Metrics
+    return NodeHttpServer.layer(
+      () => createNodeServer(appendRoute.claim, metrics.countUnrouted),
+      { host: config.host, port: config.port }
+    )
   })
 ).pipe(Layer.provide(AppendRoute.Default))
 

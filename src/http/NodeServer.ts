@@ -23,23 +23,28 @@ export class AbandonableRequest extends IncomingMessage {
 /** Status and code for a request Node's parser refused, as Node itself would answer it. */
 const clientErrorAnswer = (code: string | undefined) =>
   code === "HPE_HEADER_OVERFLOW"
-    ? { status: "431 Request Header Fields Too Large", code: "headers_too_large", message: "request headers too large" }
+    ? { status: 431, reason: "Request Header Fields Too Large", code: "headers_too_large", message: "request headers too large" }
     : code === "ERR_HTTP_REQUEST_TIMEOUT"
-    ? { status: "408 Request Timeout", code: "request_timeout", message: "the request did not arrive in time" }
-    : { status: "400 Bad Request", code: "bad_request", message: "the request could not be parsed" }
+    ? { status: 408, reason: "Request Timeout", code: "request_timeout", message: "the request did not arrive in time" }
+    : { status: 400, reason: "Bad Request", code: "bad_request", message: "the request could not be parsed" }
+
+/** Told of each request the server answers itself, before any route: for the request metrics. */
+export type UnroutedAnswer = (route: "unparsed" | "stopping", method: string, status: number) => void
 
 /**
  * A request the HTTP parser refused (a control character in a header, a malformed line) gets the
  * error envelope like every other error, instead of Node's bare status line; then the connection
  * closes, since the rest of its bytes cannot be trusted.
  */
-const answerClientError = (error: Error & { readonly code?: string }, socket: Duplex) => {
+const answerClientError = (answered: UnroutedAnswer) => (error: Error & { readonly code?: string }, socket: Duplex) => {
   if (error.code === "ECONNRESET" || !socket.writable) return socket.destroy()
   const requestId = crypto.randomUUID()
   const answer = clientErrorAnswer(error.code)
   const body = JSON.stringify(envelopeBody(answer.code, answer.message, null, requestId))
+  // The method is among what could not be trusted.
+  answered("unparsed", "unknown", answer.status)
   socket.end(
-    `HTTP/1.1 ${answer.status}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
+    `HTTP/1.1 ${answer.status} ${answer.reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
       `x-request-id: ${requestId}\r\nconnection: close\r\n\r\n${body}`
   )
 }
@@ -52,7 +57,7 @@ const STOPPING_RETRY_AFTER_MS = 1000
  * platform detaches its handler before it closes the listener, and a request accepted in between
  * would otherwise wait, unanswered, until the process exits.
  */
-const answerStopping = (request: AbandonableRequest, response: ServerResponse) => {
+const answerStopping = (request: AbandonableRequest, response: ServerResponse, answered: UnroutedAnswer) => {
   const header = request.headers["x-request-id"]
   const requestId = requestIdFrom(Array.isArray(header) ? header[0] : header)
   const body = JSON.stringify(envelopeBody(
@@ -69,6 +74,7 @@ const answerStopping = (request: AbandonableRequest, response: ServerResponse) =
     connection: "close"
   })
   response.end(body)
+  answered("stopping", request.method ?? "unknown", 503)
 }
 
 /** Answers a request itself and returns true, or returns false to leave it to the router. */
@@ -79,9 +85,9 @@ export type RequestClaim = (request: AbandonableRequest, response: ServerRespons
  * to the platform's router. Requests whose bodies were cut short are answered, then hung up on.
  */
 class NodeServer extends Server<typeof AbandonableRequest> {
-  constructor(private readonly claim: RequestClaim) {
+  constructor(private readonly claim: RequestClaim, private readonly answered: UnroutedAnswer) {
     super({ IncomingMessage: AbandonableRequest })
-    this.on("clientError", answerClientError)
+    this.on("clientError", answerClientError(answered))
   }
 
   override emit(event: string, ...args: Array<unknown>): boolean {
@@ -93,7 +99,7 @@ class NodeServer extends Server<typeof AbandonableRequest> {
       })
       if (this.claim(request, response)) return true
       if (this.listenerCount("request") === 0) {
-        answerStopping(request, response)
+        answerStopping(request, response, this.answered)
         return true
       }
     }
@@ -101,4 +107,4 @@ class NodeServer extends Server<typeof AbandonableRequest> {
   }
 }
 
-export const createNodeServer = (claim: RequestClaim = () => false): Server => new NodeServer(claim)
+export const createNodeServer = (claim: RequestClaim, answered: UnroutedAnswer): Server => new NodeServer(claim, answered)

@@ -36,7 +36,10 @@ export class Metrics extends Effect.Service<Metrics>()("parley/Metrics", {
       httpRequests.inc(labels)
       httpDuration.observe(labels, seconds)
     }
+    /** A request answered before any route saw it (no duration: it was never timed). */
+    const countUnrouted = (route: "unparsed" | "stopping", method: string, status: number) =>
+      httpRequests.inc({ route, method, status: String(status) })
     const render = Effect.promise(() => registry.metrics())
-    return { registry, gauge, observeRequest, render, contentType: registry.contentType } as const
+    return { registry, gauge, observeRequest, countUnrouted, render, contentType: registry.contentType } as const
   }
 }) {}
