@@ -1,7 +1,8 @@
-import { expect, layer } from "@effect/vitest"
+import { describe, expect, it, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { admin, request, TestNodeLive } from "./support/TestNode.js"
 import { serverUrl } from "./support/TestDatabase.js"
+import { poolCheck } from "../src/ops/Readiness.js"
 
 const METRICS_TOKEN = "metrics-token-for-tests"
 
@@ -95,4 +96,13 @@ layer(TestNodeLive({ METRICS_TOKEN }), { excludeTestServices: true })("metrics b
       expect((yield* request("GET", "/health/live")).status).toBe(200)
       expect((yield* request("GET", "/health/ready")).status).toBe(200)
     }))
+})
+
+describe("readiness pool check", () => {
+  it("degrades at the configured average wait, and READINESS_POOL_WAIT_MS=0 turns it off", () => {
+    expect(poolCheck(199, 200)).toBe("ok")
+    expect(poolCheck(200, 200)).toBe("error")
+    expect(poolCheck(50, 20)).toBe("error")
+    expect(poolCheck(60_000, 0)).toBe("ok")
+  })
 })

@@ -205,6 +205,7 @@ export class AppConfig extends Effect.Service<AppConfig>()("parley/AppConfig", {
     drainBatchSize: count("DRAIN_BATCH_SIZE", 500, MAX_DRAIN_BATCH_SIZE),
     drainBatchIntervalMs: millis("DRAIN_BATCH_INTERVAL_MS", 1000, 0),
     drainMaxMs: millis("DRAIN_MAX_MS", 30000),
+    readinessPoolWaitMs: millis("READINESS_POOL_WAIT_MS", 200, 0),
     metricsToken: secret("METRICS_TOKEN", 0, true),
     logLevel: withDefault("LOG_LEVEL", "info", oneOf(["trace", "debug", "info", "warning", "error", "fatal", "none"])),
     logFormat: withDefault("LOG_FORMAT", "json", oneOf(["json", "pretty"])),

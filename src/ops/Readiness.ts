@@ -1,5 +1,6 @@
 import { SqlClient } from "@effect/sql"
 import { Duration, Effect, Exit } from "effect"
+import { AppConfig } from "../config/AppConfig.js"
 import { DatabasePool } from "../db/Database.js"
 import { migrations } from "../db/Migrations.js"
 import { JobRunner } from "./JobRunner.js"
@@ -20,9 +21,14 @@ export interface ReadinessReport {
   readonly reasons: ReadonlyArray<string>
 }
 
-/** Pool checkouts that wait this long on average over the last 5 s make the node `degraded`. */
-export const POOL_WAIT_LIMIT_MS = 200
 const POOL_WINDOW_MS = 5000
+
+/**
+ * The `pool` check: checkouts that waited `limitMs` or more on average over the last 5 s make the
+ * node `degraded`; a limit of 0 turns the check off.
+ */
+export const poolCheck = (averageWaitMs: number, limitMs: number): Check =>
+  limitMs > 0 && averageWaitMs >= limitMs ? "error" : "ok"
 const DATABASE_TIMEOUT = Duration.seconds(1)
 
 const shippedMigrationIds = Object.keys(migrations).map((name) => Number(name.split("_")[0]))
@@ -33,6 +39,7 @@ export class Readiness extends Effect.Service<Readiness>()("parley/Readiness", {
     const { pool } = yield* DatabasePool
     const lifecycle = yield* Lifecycle
     const jobs = yield* JobRunner
+    const { readinessPoolWaitMs } = yield* AppConfig
 
     // Disconnected: on a silent server, the interrupted query's cancellation takes seconds to
     // give up, and the probe answers without waiting for it.
@@ -63,7 +70,7 @@ export class Readiness extends Effect.Service<Readiness>()("parley/Readiness", {
         job_runner: running ? "ok" : "error",
         draining: draining ? "error" : "ok",
         migrations: migrationsCheck,
-        pool: pool.averageWaitMs(POOL_WINDOW_MS) >= POOL_WAIT_LIMIT_MS ? "error" : "ok"
+        pool: poolCheck(pool.averageWaitMs(POOL_WINDOW_MS), readinessPoolWaitMs)
       } as const
       const reasons = Object.entries(checks).filter(([, v]) => v === "error").map(([k]) => k)
       const status: ReadinessReport["status"] = reasons.length === 0
