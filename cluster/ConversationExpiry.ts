@@ -21,29 +21,43 @@ export const ConversationExpiryLive = Layer.unwrapEffect(
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         const entity = yield* ConversationEntity.client
+        /** Closes one page's conversations; returns how many it closed. */
+        const closePage = (idle: ReadonlyArray<{ readonly id: string; readonly tenant_id: string }>, cutoff: string) =>
+          Effect.suspend(() => {
+            let closed = 0
+            return Effect.forEach(idle, ({ id, tenant_id }) =>
+              entity(id).SetStatus({
+                tenantId: tenant_id,
+                status: "closed",
+                reason: "expired",
+                idleSince: cutoff,
+                deadline: Date.now() + WRITE_DEADLINE_MS
+              }).pipe(
+                Effect.timeout(CALL_TIMEOUT),
+                Effect.either,
+                Effect.map((result) => {
+                  if (result._tag === "Right" && result.right.changed) closed++
+                })
+              ), { discard: true }).pipe(
+                // However the page ends: a sweep cut short (its node stopping, the singleton moving)
+                // still says what it did.
+                Effect.ensuring(Effect.suspend(() =>
+                  closed > 0 ? Effect.logInfo("idle conversations closed").pipe(Effect.annotateLogs("count", closed)) : Effect.void
+                )),
+                Effect.map(() => closed)
+              )
+          })
         const sweep = Effect.gen(function*() {
           const cutoffMs = Date.now() - config.conversationIdleCloseSeconds * 1000
           const cutoff = new Date(cutoffMs).toISOString()
           // The index holds the minute of `updated_at` (migration 0003); the exact time is checked after.
           const cutoffMinute = Math.floor(cutoffMs / 60_000)
           while (true) {
-            let closedNow = 0
             const idle = yield* sql<{ id: string; tenant_id: string }>`
               SELECT id, tenant_id FROM conversations
               WHERE status = 'active' AND activity_minute <= ${cutoffMinute} AND updated_at < ${cutoff}
               ORDER BY activity_minute, updated_at LIMIT ${PAGE}`
-            for (const { id, tenant_id } of idle) {
-              const result = yield* entity(id).SetStatus({
-                tenantId: tenant_id,
-                status: "closed",
-                reason: "expired",
-                idleSince: cutoff,
-                deadline: Date.now() + WRITE_DEADLINE_MS
-              }).pipe(Effect.timeout(CALL_TIMEOUT), Effect.either)
-              if (result._tag === "Right" && result.right.changed) closedNow++
-            }
-            // Per page: a sweep cut short (its node stopping, the singleton moving) still says what it did.
-            if (closedNow > 0) yield* Effect.logInfo("idle conversations closed").pipe(Effect.annotateLogs("count", closedNow))
+            const closedNow = yield* closePage(idle, cutoff)
             // A conversation that could not be closed now is retried at the next check.
             if (idle.length < PAGE || closedNow === 0) break
           }
