@@ -172,7 +172,7 @@ describe.skipIf(serverUrl === undefined)("cluster", () => {
           [`parley 127.0.0.1:${owner.runnerPort}`]
         ).pipe(
           Effect.filterOrFail((rows) => Number(rows[0]!.n) > 0, () => "not waiting yet"),
-          Effect.retry(Schedule.spaced("20 millis").pipe(Schedule.upTo("1500 millis"))),
+          Effect.retry(Schedule.spaced("20 millis").pipe(Schedule.upTo("10 seconds"))),
           Effect.orDie
         )
         owner.child.kill("SIGSTOP")
@@ -200,14 +200,9 @@ describe.skipIf(serverUrl === undefined)("cluster", () => {
 
     it.effect("SIGTERM hands the node's conversations over the same way and exits 0", () =>
       Effect.gen(function*() {
-        let exit: number | null = -1
-        yield* survivesLoss((node) =>
-          Effect.promise(async () => {
-            node.child.kill("SIGTERM")
-            exit = await node.exited
-          }).pipe(Effect.fork, Effect.asVoid)
-        )
-        expect(exit).toBe(0)
+        const victim = yield* survivesLoss((node) => Effect.sync(() => node.child.kill("SIGTERM")))
+        // The load may end before the node has finished stopping: its exit is awaited, not sampled.
+        expect(yield* Effect.promise(() => victim.exited)).toBe(0)
       }).pipe(Effect.scoped), { timeout: 240_000 })
   })
 })

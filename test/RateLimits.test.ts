@@ -9,6 +9,17 @@ import { tcpProxy } from "./support/TcpProxy.js"
 import { tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { admin, createTenant, TestNodeLive } from "./support/TestNode.js"
 
+/** Reads again until `done` holds (counts sync every 100 ms, a sync may take up to 1 s), at most 5 s. */
+const eventually = <A, E, R>(read: Effect.Effect<A, E, R>, done: (value: A) => boolean) =>
+  Effect.gen(function*() {
+    const giveUpAt = Date.now() + 5_000
+    while (true) {
+      const value = yield* read
+      if (done(value) || Date.now() > giveUpAt) return value
+      yield* Effect.sleep("100 millis")
+    }
+  })
+
 // login_account gets a day-long window: the sync test must not see its window roll over.
 const RATE_LIMITS = {
   token_create: { limit: 2, scale_ms: 60000 },
@@ -96,10 +107,9 @@ layer(TestNodeLive({ RATE_LIMITS: JSON.stringify(RATE_LIMITS) }), {
       const key = crypto.randomUUID()
       for (let i = 0; i < 10; i++) yield* limiter.consume("publishable_token_ip", key, null)
       expect((yield* Effect.flip(limiter.consume("publishable_token_ip", key, null)))._tag).toBe("RateLimited")
-      yield* Effect.sleep("400 millis")
-      const rows = yield* query<{ count: string }>(
-        "SELECT count FROM rate_limit_counters WHERE bucket = 'publishable_token_ip' AND key = $1",
-        [key]
+      const rows = yield* eventually(
+        query<{ count: string }>("SELECT count FROM rate_limit_counters WHERE bucket = 'publishable_token_ip' AND key = $1", [key]),
+        (found) => found.length > 0 && Number(found[0]!.count) === 10
       )
       expect(rows.map((r) => Number(r.count))).toEqual([10])
     }))
@@ -113,8 +123,7 @@ layer(TestNodeLive({ RATE_LIMITS: JSON.stringify(RATE_LIMITS) }), {
         "SELECT xmin::text AS xmin, count FROM rate_limit_counters WHERE bucket = 'login_account' AND key = $1",
         [key]
       )
-      yield* Effect.sleep("400 millis")
-      const before = yield* version
+      const before = yield* eventually(version, (rows) => rows.length > 0)
       expect(before.map((r) => Number(r.count))).toEqual([1])
       // Several syncs (every 100 ms) later the row is the same version.
       yield* Effect.sleep("500 millis")
@@ -125,7 +134,8 @@ layer(TestNodeLive({ RATE_LIMITS: JSON.stringify(RATE_LIMITS) }), {
          SELECT bucket, key, window_start, window_end, $2, 4 FROM rate_limit_counters WHERE bucket = 'login_account' AND key = $1`,
         [key, crypto.randomUUID()]
       )
-      yield* Effect.sleep("400 millis")
+      // A few syncs, however slow (polling by consuming would count toward the limit itself).
+      yield* Effect.sleep("1500 millis")
       expect((yield* Effect.flip(limiter.consume("login_account", key, null)))._tag).toBe("RateLimited")
     }))
 
@@ -137,11 +147,15 @@ layer(TestNodeLive({ RATE_LIMITS: JSON.stringify(RATE_LIMITS) }), {
       const key = crypto.randomUUID()
       for (let i = 0; i < 3; i++) yield* here.consume("login_account", key, null)
       for (let i = 0; i < 2; i++) yield* there.consume("login_account", key, null)
-      yield* Effect.sleep("400 millis")
-      const rows = yield* query<{ count: string }>(
-        "SELECT count FROM rate_limit_counters WHERE bucket = 'login_account' AND key = $1 ORDER BY count",
-        [key]
+      const rows = yield* eventually(
+        query<{ count: string }>(
+          "SELECT count FROM rate_limit_counters WHERE bucket = 'login_account' AND key = $1 ORDER BY count",
+          [key]
+        ),
+        (found) => found.map((r) => Number(r.count)).join() === "2,3"
       )
+      // Both stored; each node learns the other's count at its next sync.
+      yield* Effect.sleep("500 millis")
       // Written again at every sync they would still read 2 and 3: a repeated sync adds nothing.
       expect(rows.map((r) => Number(r.count))).toEqual([2, 3])
       expect((yield* Effect.flip(here.consume("login_account", key, null)))._tag).toBe("RateLimited")

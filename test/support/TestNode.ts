@@ -9,11 +9,8 @@ export class TestNode extends Context.Tag("test/TestNode")<TestNode, { readonly 
 
 export const ADMIN_TOKEN = "test-admin-token-0123456789abcdef0123"
 
-/**
- * `count` distinct free ports on 127.0.0.1. Each is held until all are known: ports taken one after
- * the other could be the same one twice (a node's HTTP and runner ports then collide).
- */
-export const freePorts = (count: number) =>
+/** `count` distinct ports free now on 127.0.0.1; each is held until all are known. */
+const pickPorts = (count: number) =>
   Effect.async<ReadonlyArray<number>>((resume) => {
     const servers = Array.from({ length: count }, () => createServer())
     let listening = 0
@@ -26,6 +23,22 @@ export const freePorts = (count: number) =>
       })
     }
   })
+
+/** Every port this test process has handed out: a port released by one pick can come back in the next. */
+const handedOut = new Set<number>()
+
+/**
+ * `count` distinct free ports on 127.0.0.1, never handed out before in this process. Held together
+ * while picked: ports taken one after the other could be the same one twice (a node's HTTP and
+ * runner ports then collide), and so could ports of nodes started at the same time.
+ */
+export const freePorts = (count: number) =>
+  pickPorts(count).pipe(
+    Effect.filterOrFail((ports) => ports.every((port) => !handedOut.has(port)), () => "handed out already"),
+    Effect.retry({ times: 50 }),
+    Effect.tap((ports) => Effect.sync(() => ports.forEach((port) => handedOut.add(port)))),
+    Effect.orDie
+  )
 
 export const freePort = Effect.map(freePorts(1), (ports) => ports[0]!)
 
