@@ -247,7 +247,8 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
             if ((written.left._tag === "SeqTaken" || written.left._tag === "KeyTaken") && attempt < MAX_CONFLICT_RETRIES) {
               return round(pending, attempt + 1)
             }
-            const open = written.left._tag === "WriteFailed" && isOutcomeUnknown(written.left.cause)
+            // Past the first attempt a conflict may be this very draft, stored meanwhile (a re-send).
+            const open = attempt > 0 || (written.left._tag === "WriteFailed" && isOutcomeUnknown(written.left.cause))
             return failUnwritten(pending, () => open)
           }
           const inserted = written.right
@@ -289,8 +290,9 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
         : store.findExisting(conversationId, ids, keys)
       return Effect.flatMap(Effect.either(readFor(commands, lookup)), (existing) =>
         Either.isLeft(existing)
-          // Nothing was written now, but a late append may have been before.
-          ? failUnwritten(commands, (command) => command.deadline < now)
+          // Nothing was written now, but a late append may have been before, and so may any
+          // after a conflict (its draft id or key refused: stored already, by a re-send's first owner).
+          ? failUnwritten(commands, (command) => attempt > 0 || command.deadline < now)
           : writeDecided(current, decide(commands, current, existing.right, now), attempt))
     }
 
@@ -308,9 +310,11 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
           state = undefined
         }
         if (state !== undefined) return decideAndWrite(commands, state, attempt)
+        const now = Date.now()
         return Effect.flatMap(Effect.either(loadState(commands)), (loaded) =>
           Either.isLeft(loaded)
-            ? failAll(commands, databaseUnavailable())
+            // As when the look-up fails (`decideAndWrite`): what may be stored already is not a 503.
+            ? failUnwritten(commands, (command) => attempt > 0 || command.deadline < now)
             : Option.isNone(loaded.right)
             ? failAll(commands, new NotFound({ message: `conversation ${conversationId} not found` }))
             : decideAndWrite(commands, loaded.right.value, attempt))

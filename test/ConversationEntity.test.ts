@@ -1,12 +1,64 @@
 import { expect, layer } from "@effect/vitest"
-import { SqlClient } from "@effect/sql"
+import { SqlClient, SqlError } from "@effect/sql"
 import { Effect, Fiber } from "effect"
+import { makeConversationCore } from "../cluster/ConversationCore.js"
 import { ConversationEntity } from "../cluster/ConversationEntity.js"
+import { ActivityStore } from "../src/conversations/ActivityStore.js"
+import { ConversationStateRepo } from "../src/conversations/ConversationState.js"
 import { holdConversationRow, query, serverUrl } from "./support/TestDatabase.js"
 import { messageDraft, storedTexts, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { TestNodeLive } from "./support/TestNode.js"
 
+/**
+ * A second owner's core for a conversation (as after a crash or a handoff), on the node's store,
+ * whose state reads fail while `failing.on` is set (a database that answers errors for a moment).
+ */
+const secondOwner = (conversationId: string, failing: { on: boolean }) =>
+  Effect.gen(function*() {
+    const real = yield* ConversationStateRepo
+    const states = ConversationStateRepo.make({
+      load: (id: string) =>
+        Effect.suspend(() =>
+          failing.on ? Effect.fail(new SqlError.SqlError({ cause: "injected", message: "connection reset" })) : real.load(id)
+        )
+    })
+    return yield* makeConversationCore(conversationId, () => true).pipe(
+      Effect.provideService(ActivityStore, yield* ActivityStore),
+      Effect.provideService(ConversationStateRepo, states)
+    )
+  })
+
 layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it) => {
+  // The first owner stored the draft and was lost before answering; the cluster re-sends it.
+  it.scoped("a re-sent draft whose state read fails after its conflict has an unknown outcome, not a 503", () =>
+    Effect.gen(function*() {
+      const { conversationId, tenant } = yield* tenantWithConversation
+      const entity = yield* ConversationEntity.client
+      const draft = messageDraft("stored by the first owner")
+      yield* entity(conversationId).Append({ tenantId: tenant.id, draft, deadline: Date.now() + 5000 })
+      const failing = { on: false }
+      const core = yield* secondOwner(conversationId, failing)
+      // A cached state (head 1 → 2): the re-send is written without a look and refused as a duplicate.
+      yield* core.append({ tenantId: tenant.id, draft: messageDraft("warm-up"), deadline: Date.now() + 5000 })
+      failing.on = true
+      const error = yield* Effect.flip(core.append({ tenantId: tenant.id, draft, deadline: Date.now() + 5000 }))
+      failing.on = false
+      expect(error._tag).toBe("WriteOutcomeUnknown")
+      expect(yield* storedTexts(conversationId)).toEqual([[1, "stored by the first owner"], [2, "warm-up"]])
+    }))
+
+  it.scoped("a late re-send whose state read fails has an unknown outcome, not a 503", () =>
+    Effect.gen(function*() {
+      const { conversationId, tenant } = yield* tenantWithConversation
+      const entity = yield* ConversationEntity.client
+      const draft = messageDraft("committed before the crash")
+      yield* entity(conversationId).Append({ tenantId: tenant.id, draft, deadline: Date.now() + 5000 })
+      const core = yield* secondOwner(conversationId, { on: true })
+      const error = yield* Effect.flip(core.append({ tenantId: tenant.id, draft, deadline: Date.now() - 1 }))
+      expect(error._tag).toBe("WriteOutcomeUnknown")
+      expect(yield* storedTexts(conversationId)).toEqual([[1, "committed before the crash"]])
+    }))
+
   it.effect("an append past its deadline is refused with 503 and stores nothing", () =>
     Effect.gen(function*() {
       const { conversationId, tenant } = yield* tenantWithConversation
