@@ -345,28 +345,47 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
         Effect.uninterruptible
       )
 
-    /** Waits until no round runs and commands wait, then takes them (and the turn). */
-    const nextBatch = Effect.async<Array<Command>>((resume) => {
+    /**
+     * Waits until no round runs and commands wait. Takes nothing: a fiber interrupted right after
+     * it resumed (its core closing) must leave the commands in the inbox for the finalizer.
+     */
+    const commandsWaiting = Effect.async<void>((resume) => {
       const attempt = () => {
         wakeCore = undefined
         if (busy || inbox.length === 0) {
           wakeCore = attempt
           return
         }
-        busy = true
-        resume(Effect.succeed(inbox.splice(0, MAX_COMMANDS_PER_ROUND)))
+        resume(Effect.void)
       }
       attempt()
       return Effect.sync(() => (wakeCore = undefined))
     })
 
-    // Commands taken from the inbox are always run (and so answered): no interruption in between.
-    yield* Effect.forkScoped(
-      Effect.forever(Effect.uninterruptibleMask((restore) => Effect.flatMap(restore(nextBatch), runRound)))
+    /** Takes the waiting commands and the turn, unless an inline caller took the turn meanwhile. */
+    const takeTurn = Effect.suspend(() => {
+      if (busy || inbox.length === 0) return Effect.void
+      busy = true
+      return runRound(inbox.splice(0, MAX_COMMANDS_PER_ROUND))
+    })
+
+    // Once closed (the core dropped or the node stopping), commands are answered `Moved` at once.
+    // Registered before the fiber, so it runs after the fiber has stopped, its last round done.
+    let closed = false
+    yield* Effect.addFinalizer(() =>
+      Effect.suspend(() => {
+        closed = true
+        return failAll(inbox.splice(0), new Moved())
+      })
     )
-    yield* Effect.addFinalizer(() => failAll(inbox.splice(0), new Moved()))
+    // Commands taken from the inbox are always run (and so answered): taking and running are one
+    // uninterruptible step.
+    yield* Effect.forkScoped(
+      Effect.forever(Effect.uninterruptibleMask((restore) => Effect.zipRight(restore(commandsWaiting), takeTurn)))
+    )
 
     const enqueue = (command: Command) => {
+      if (closed) return (command.done as StatusDone)(Exit.fail(new Moved()))
       inbox.push(command)
       wakeCore?.()
     }
@@ -426,7 +445,7 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
               done
             })
             if (within === undefined) return restore(submit(command))
-            if (busy || inbox.length > 0) return restore(submitWithin(command, within))
+            if (closed || busy || inbox.length > 0) return restore(submitWithin(command, within))
             // The turn is taken in the same step as the check, and released by the round whatever
             // happens (nothing can interrupt in between).
             busy = true

@@ -12,6 +12,7 @@ interface Running {
   readonly core: ConversationCore
   readonly shardId: ShardId.ShardId
   readonly scope: Scope.CloseableScope
+  /** Monotonic (`performance.now()`): a wall clock stepped forward must not make a busy core look idle. */
   lastUsed: number
 }
 
@@ -38,7 +39,7 @@ export class ConversationCores extends Effect.Service<ConversationCores>()("parl
 
     const existing = (conversationId: string) => {
       const entry = running.get(conversationId)
-      if (entry !== undefined) entry.lastUsed = Date.now()
+      if (entry !== undefined) entry.lastUsed = performance.now()
       return entry?.core
     }
 
@@ -58,7 +59,7 @@ export class ConversationCores extends Effect.Service<ConversationCores>()("parl
                 Effect.provideService(ActivityStore, store),
                 Effect.provideService(ConversationStateRepo, states)
               )
-              running.set(conversationId, { core, shardId, scope: child, lastUsed: Date.now() })
+              running.set(conversationId, { core, shardId, scope: child, lastUsed: performance.now() })
               return core
             })
           })
@@ -66,7 +67,7 @@ export class ConversationCores extends Effect.Service<ConversationCores>()("parl
       })
 
     const sweep = Effect.suspend(() => {
-      const cutoff = Date.now() - Duration.toMillis(IDLE_AFTER)
+      const cutoff = performance.now() - Duration.toMillis(IDLE_AFTER)
       const idle = [...running].filter(([, entry]) => entry.lastUsed < cutoff && !entry.core.hasSubscribers())
       for (const [id] of idle) running.delete(id)
       return Effect.forEach(idle, ([, entry]) => Scope.close(entry.scope, Exit.void), { discard: true })

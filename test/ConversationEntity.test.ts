@@ -1,6 +1,6 @@
 import { expect, layer } from "@effect/vitest"
 import { SqlClient, SqlError } from "@effect/sql"
-import { Effect, Fiber } from "effect"
+import { Cause, Effect, ExecutionStrategy, Exit, Fiber, Runtime, Scope } from "effect"
 import { makeConversationCore } from "../cluster/ConversationCore.js"
 import { ConversationEntity } from "../cluster/ConversationEntity.js"
 import { ActivityStore } from "../src/conversations/ActivityStore.js"
@@ -29,6 +29,35 @@ const secondOwner = (conversationId: string, failing: { on: boolean }) =>
   })
 
 layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it) => {
+  // The core is dropped (idle, or its node stopping) just as a command reaches it.
+  it.scoped("a command sent as its core closes is answered Moved, never left waiting", () =>
+    Effect.gen(function*() {
+      const { conversationId, tenant } = yield* tenantWithConversation
+      const scope = yield* Scope.make(ExecutionStrategy.sequential)
+      const core = yield* makeConversationCore(conversationId, () => true).pipe(
+        Scope.extend(scope),
+        Effect.provideService(ActivityStore, yield* ActivityStore),
+        Effect.provideService(ConversationStateRepo, yield* ConversationStateRepo)
+      )
+      // The core's fiber is waiting for commands.
+      yield* Effect.sleep("50 millis")
+      const runtime = yield* Effect.runtime<never>()
+      // In one step: the command wakes the core's fiber, and the scope closes before that fiber runs.
+      const caller = yield* Effect.sync(() => {
+        const sent = Runtime.runFork(runtime)(
+          core.append({ tenantId: tenant.id, draft: messageDraft("as it closes"), deadline: Date.now() + 5000 })
+        )
+        Runtime.runFork(runtime)(Scope.close(scope, Exit.void))
+        return sent
+      })
+      const answer = yield* Fiber.await(caller).pipe(Effect.timeout("3 seconds"))
+      expect(Exit.isFailure(answer) && Cause.failureOption(answer.cause).pipe((e) => e._tag === "Some" && e.value._tag)).toBe("Moved")
+      expect(yield* storedTexts(conversationId)).toEqual([])
+      // Closed: later commands are answered at once too.
+      const later = yield* Effect.flip(core.append({ tenantId: tenant.id, draft: messageDraft("later"), deadline: Date.now() + 5000 }))
+      expect(later._tag).toBe("Moved")
+    }))
+
   // The first owner stored the draft and was lost before answering; the cluster re-sends it.
   it.scoped("a re-sent draft whose state read fails after its conflict has an unknown outcome, not a 503", () =>
     Effect.gen(function*() {
