@@ -74,7 +74,7 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
         ),
         // Ended (handoff) or failed (crash, timeout): catch up from the table, then follow again.
         Effect.catchAllCause(() => Effect.void),
-        Effect.zipRight(fillFromTable(conversationId, topic).pipe(Effect.ignore)),
+        Effect.zipRight(fillFromTable(conversationId, topic).pipe(Effect.catchAllCause(() => Effect.void))),
         Effect.zipRight(Effect.sleep(RESUBSCRIBE_AFTER)),
         Effect.forever
       )
@@ -90,10 +90,16 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
         const heads = yield* store.headsOf(batch.map(([id]) => id))
         yield* Effect.forEach(batch, ([id, topic]) =>
           Effect.flatMap(Ref.get(topic.last), (last) =>
-            (heads.get(id) ?? 0) > last ? fillFromTable(id, topic).pipe(Effect.ignore) : Effect.void), { discard: true })
+            (heads.get(id) ?? 0) > last ? fillFromTable(id, topic).pipe(Effect.catchAllCause(() => Effect.void)) : Effect.void), {
+            discard: true
+          })
       }
     })
-    yield* Effect.forkScoped(gapCheck.pipe(Effect.ignore, Effect.repeat(Schedule.spaced(GAP_CHECK_EVERY))))
+    // Whatever one check meets (a defect included), the next one runs.
+    yield* Effect.forkScoped(gapCheck.pipe(
+      Effect.catchAllCause((cause) => Effect.logWarning("live fan-out gap check failed", cause)),
+      Effect.repeat(Schedule.spaced(GAP_CHECK_EVERY))
+    ))
 
     /** Starts the topic: `last` at `head`, its upstream forked into a scope of its own. */
     const open = (conversationId: string, head: number) =>
@@ -110,10 +116,11 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
       })
 
     /**
-     * The conversation's topic with one more listener. The head a new topic starts from is read
-     * before taking the lock, so subscribing to many conversations does not queue behind reads.
+     * The conversation's topic with one more listener. Nothing slow runs under the node-wide lock:
+     * the head a new topic starts from is read before taking it (again, if the topic closed
+     * meanwhile), so subscribing does not queue behind a read of another conversation.
      */
-    const acquire = (conversationId: string) =>
+    const acquire = (conversationId: string): Effect.Effect<Topic, Effect.Effect.Error<ReturnType<typeof store.headOf>>> =>
       Effect.flatMap(
         Effect.suspend(() => topics.has(conversationId) ? Effect.succeed(undefined) : store.headOf(conversationId)),
         (head) =>
@@ -123,22 +130,27 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
               existing.listeners++
               return Effect.succeed(existing)
             }
-            // Closed meanwhile (rare): read the head now.
-            return head !== undefined
-              ? open(conversationId, head)
-              : Effect.flatMap(store.headOf(conversationId), (now) => open(conversationId, now))
-          }))
+            return head !== undefined ? open(conversationId, head) : Effect.succeed(undefined)
+          })).pipe(Effect.flatMap((topic) => topic !== undefined ? Effect.succeed(topic) : acquire(conversationId)))
       )
 
+    /**
+     * One listener less; the last one closes the topic. Its upstream stops in the background: on a
+     * silent database or an unreachable owner that takes seconds, which neither the lock nor the
+     * leaving listener waits for.
+     */
     const release = (conversationId: string) =>
-      lock.withPermits(1)(Effect.suspend(() => {
+      lock.withPermits(1)(Effect.sync(() => {
         const topic = topics.get(conversationId)
-        if (topic === undefined) return Effect.void
+        if (topic === undefined) return undefined
         topic.listeners--
-        if (topic.listeners > 0) return Effect.void
+        if (topic.listeners > 0) return undefined
         topics.delete(conversationId)
-        return Scope.close(topic.scope, Exit.void)
-      }))
+        return topic
+      })).pipe(
+        Effect.flatMap((closing) => closing === undefined ? Effect.void : Effect.forkIn(Scope.close(closing.scope, Exit.void), hubScope)),
+        Effect.asVoid
+      )
 
     /**
      * Every activity of the conversation with seq above `fromSeq`, in order, without end: stored
