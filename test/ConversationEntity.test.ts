@@ -1,6 +1,6 @@
 import { expect, layer } from "@effect/vitest"
 import { SqlClient, SqlError } from "@effect/sql"
-import { Cause, Effect, ExecutionStrategy, Exit, Fiber, Runtime, Scope } from "effect"
+import { Cause, Effect, ExecutionStrategy, Exit, Fiber, Runtime, Schedule, Scope } from "effect"
 import { makeConversationCore } from "../cluster/ConversationCore.js"
 import { ConversationEntity } from "../cluster/ConversationEntity.js"
 import { ActivityStore } from "../src/conversations/ActivityStore.js"
@@ -263,9 +263,16 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
         const [first, second, expiry] = yield* sql.withTransaction(Effect.gen(function*() {
           yield* sql`SELECT 1 FROM conversations WHERE id = ${conversationId} FOR UPDATE`
           const first = yield* Effect.fork(append("first"))
-          yield* Effect.sleep("300 millis")
+          // Its write waits for the row: the next commands queue for one round, in the order sent.
+          yield* query<{ n: string }>(
+            "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+          ).pipe(
+            Effect.filterOrFail((rows) => Number(rows[0]!.n) > 0, () => "not waiting yet"),
+            Effect.retry(Schedule.spaced("20 millis").pipe(Schedule.upTo("10 seconds"))),
+            Effect.orDie
+          )
           const second = yield* Effect.fork(append("I am here"))
-          yield* Effect.sleep("300 millis")
+          yield* Effect.sleep("1 second")
           const idleSince = new Date().toISOString()
           const expiry = yield* Effect.fork(entity(conversationId).SetStatus({
             tenantId: tenant.id,
