@@ -25,7 +25,11 @@ const startNode = (env: Record<string, string>) =>
     const baseUrl = `http://127.0.0.1:${port}`
     yield* waitUntilReady(child, baseUrl)
     return { child, baseUrl }
-  })
+  }).pipe(
+    // A port free when picked can be taken before the node binds it (the node exits at once, and
+    // the scope still stops it): another pick is as good.
+    Effect.retry({ times: 3, while: (error) => error.message.includes("EADDRINUSE") })
+  )
 
 const adminCall = (baseUrl: string, method: string, path: string, body?: unknown) =>
   Effect.promise(async () => {
