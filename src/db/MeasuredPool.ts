@@ -47,7 +47,10 @@ export class MeasuredPool extends Pg.Pool implements PoolWaits {
     }
     super.connect((err, client, done) => {
       this.record(checkout, startedAt)
-      callback(err, client, done)
+      // Handed over on a fresh stack: a waiter that was interrupted meanwhile gives the client back
+      // at once, and pg hands it to the next waiter within that same call. Thousands of such waiters
+      // (reads given up while the pool was busy) overflowed the stack and ended the process.
+      queueMicrotask(() => callback(err, client, done))
     })
   }
 }
