@@ -292,7 +292,7 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
       )
     })
 
-    // Ten syncs a second: while the database is away, one line when syncing stops and one when it is back.
+    // Many syncs a second: while the database is away, one line when syncing stops and one when it is back.
     let failing = false
     yield* Effect.forkScoped(
       sync.pipe(
@@ -307,7 +307,10 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
               ? Effect.zipRight(Effect.sync(() => (failing = false)), Effect.logInfo("rate limit sync recovered"))
               : Effect.void
         }),
-        Effect.repeat(Schedule.spaced(Duration.millis(config.rateLimitSyncMs)))
+        // Twice per interval: another node's count reaches this one through its write and then this
+        // node's read, each up to a period late, so what a node knows of the others is at most one
+        // interval old (and a sync's duration), as the documented overshoot bound says.
+        Effect.repeat(Schedule.fixed(Duration.millis(config.rateLimitSyncMs / 2)))
       )
     )
     yield* jobs.every("prune_rate_limit_counters", "1 minute", pruneCounters)
