@@ -314,6 +314,11 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
       )
     )
     yield* jobs.every("prune_rate_limit_counters", "1 minute", pruneCounters)
+    // Tenants not seen for a minute are forgotten: the map would otherwise hold every tenant ever served.
+    yield* Effect.forkScoped(Effect.sync(() => {
+      const cutoff = Date.now() - 60_000
+      for (const [tenantId, { at }] of tenantLimits) if (at < cutoff) tenantLimits.delete(tenantId)
+    }).pipe(Effect.repeat(Schedule.spaced(Duration.minutes(1)))))
 
     return { consume } as const
   })
