@@ -203,6 +203,51 @@ layer(TestNodeLive({ RATE_LIMITS: JSON.stringify(RATE_LIMITS) }), {
       expect(first.map((e) => e._tag)).toEqual(["RateLimited", "RateLimited", "RateLimited"])
     }))
 
+  it.effect("thousands of keys first seen at once all learn what the others counted before deciding", () =>
+    Effect.gen(function*() {
+      const limiter = yield* RateLimiter
+      const prefix = crypto.randomUUID()
+      const day = RATE_LIMITS.login_account.scale_ms
+      const windowStart = Math.floor(Date.now() / day) * day
+      // Another node filled today's window of 20,000 accounts (a credential-stuffing run, say).
+      yield* query(
+        `INSERT INTO rate_limit_counters (bucket, key, window_start, window_end, node, count)
+         SELECT 'login_account', $1 || i, $2, $3, $4, 5 FROM generate_series(1, 20000) AS i`,
+        [prefix, windowStart, windowStart + day, crypto.randomUUID()]
+      )
+      const decisions = yield* Effect.all(
+        Array.from({ length: 20_000 }, (_, i) => Effect.either(limiter.consume("login_account", `${prefix}${i + 1}`, null))),
+        { concurrency: 2_000 }
+      )
+      expect(decisions.filter((d) => d._tag === "Right")).toHaveLength(0)
+    }), { timeout: 60_000 })
+
+  it.scoped("a flood of keys seen once does not keep a busy key's count from the other nodes", () =>
+    Effect.gen(function*() {
+      const here = yield* RateLimiter
+      const there = yield* otherLimiter()
+      const prefix = crypto.randomUUID()
+      // 150,000 accounts tried once each (limit 5 a day here), and one tried three times.
+      yield* Effect.forEach(
+        Array.from({ length: 150_000 }, (_, i) => `${prefix}${i}`),
+        (key) => here.consume("login_account", key, null),
+        { concurrency: 5_000, discard: true }
+      )
+      const busy = crypto.randomUUID()
+      for (let i = 0; i < 3; i++) yield* here.consume("login_account", busy, null)
+      const written = yield* eventually(
+        query<{ count: string }>("SELECT count FROM rate_limit_counters WHERE bucket = 'login_account' AND key = $1", [busy]),
+        (rows) => rows.length > 0
+      )
+      expect(written.map((r) => Number(r.count))).toEqual([3])
+      // The other node sees them before its own decisions: two more, then the limit.
+      const decisions = yield* Effect.all(
+        Array.from({ length: 4 }, () => Effect.either(there.consume("login_account", busy, null))),
+        { concurrency: 1 }
+      )
+      expect(decisions.map((d) => d._tag)).toEqual(["Right", "Right", "Left", "Left"])
+    }), { timeout: 60_000 })
+
   it.effect("a changed tenant override is in force for the next burst after a second", () =>
     Effect.gen(function*() {
       const limiter = yield* RateLimiter

@@ -3,6 +3,7 @@ import { Deferred, Duration, Effect, Exit, FiberId, Option, Schedule, Schema } f
 import { Counter } from "prom-client"
 import { answerWithin } from "../concurrency/WorkQueue.js"
 import { AppConfig } from "../config/AppConfig.js"
+import { makeBatcher } from "../db/Batcher.js"
 import { boundedClient } from "../db/Database.js"
 import { RateLimited } from "../domain/ApiError.js"
 import { type Bucket, defaultWindows, type OverridableBucket, TenantLimits } from "../domain/RateLimit.js"
@@ -33,6 +34,15 @@ interface Slot {
   learning: Deferred.Deferred<void> | undefined
 }
 
+/** The other nodes' count of one window, as a statement returns it. */
+interface CountRow {
+  readonly bucket: string
+  readonly key: string
+  readonly window_start: string
+  readonly window_end: string
+  readonly others: string
+}
+
 const OVERRIDABLE: ReadonlySet<string> = new Set<OverridableBucket>([
   "activity_create",
   "upload",
@@ -54,6 +64,14 @@ const READ_WAIT_MS = 1000
 const READ_WHILE_USED_MS = 5_000
 /** Shared counters are kept this long past their window's end, for nodes whose clocks run behind. */
 const PRUNE_GRACE_MS = 60_000
+/**
+ * Most windows one sync writes, and most it reads: a flood of keys (many client IPs, say) must not
+ * grow the statement past its time bound. What is left waits for the next sync, half an interval on.
+ */
+const SYNC_WRITES_MAX = 5_000
+const SYNC_READS_MAX = 5_000
+/** Most windows one read of the other nodes' counts asks about; reads that decisions wait for are batched. */
+const LEARN_BATCH_MAX = 2_000
 
 /** Slots as the parallel arrays a statement unnests. */
 const windowColumns = (slots: ReadonlyArray<Slot>) => ({
@@ -169,17 +187,54 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
       return Effect.void
     }
 
+    /** The other nodes' counts of these windows (windows no other node counted in are left out). */
+    const othersIn = (windows: ReadonlyArray<Slot>) => {
+      const r = windowColumns(windows)
+      return sql<CountRow>`
+        SELECT c.bucket, c.key, c.window_start, c.window_end, sum(c.count) AS others
+        FROM UNNEST(${r.buckets}::text[], ${r.keys}::text[], ${r.starts}::int8[], ${r.ends}::int8[])
+             AS l(bucket, key, window_start, window_end)
+        JOIN rate_limit_counters c USING (bucket, key, window_start, window_end)
+        WHERE c.node <> ${node}
+        GROUP BY c.bucket, c.key, c.window_start, c.window_end`
+    }
+    const byWindow = (rows: ReadonlyArray<CountRow>) =>
+      new Map(rows.map((row) => [slotId(row.bucket, row.key, row.window_start, row.window_end), Number(row.others)]))
+    const idOf = (slot: Slot) => slotId(slot.bucket, slot.key, slot.windowStart, slot.windowEnd)
+
+    // Many keys first seen at once (a flood of client IPs) cost a statement per batch, not a read each.
+    const readOthers = yield* makeBatcher<Slot, number, unknown>({
+      maxBatch: LEARN_BATCH_MAX,
+      concurrency: 1,
+      run: (windows) =>
+        Effect.map(othersIn(windows), (rows) => {
+          const others = byWindow(rows)
+          return windows.map((slot) => others.get(idOf(slot)) ?? 0)
+        }),
+      timeout: { ms: READ_WAIT_MS, onTimeout: () => "slow" as const }
+    })
+    // While the database is away every such read fails: one line when they start failing, one when they work again.
+    let learnFailing = false
+
     /** What the other nodes have counted in the slot's window so far. */
     const learn = (slot: Slot, learned: Deferred.Deferred<void>) =>
       Effect.suspend(() => {
         const startedAt = Date.now()
-        const read = sql<{ others: string }>`
-          SELECT COALESCE(sum(count), 0) AS others FROM rate_limit_counters
-          WHERE bucket = ${slot.bucket} AND key = ${slot.key}
-            AND window_start = ${slot.windowStart} AND window_end = ${slot.windowEnd} AND node <> ${node}`
-        return answerWithin(read, READ_WAIT_MS, () => "slow" as const).pipe(
-          Effect.tap((rows) => Effect.sync(() => (slot.others = Math.max(slot.others, Number(rows[0]?.others ?? 0))))),
-          Effect.catchAllCause((cause) => Effect.logWarning("rate limit count could not be read; deciding locally", cause)),
+        // The wait for a batch counts toward the bound too.
+        return answerWithin(readOthers(slot), READ_WAIT_MS, () => "slow" as const).pipe(
+          Effect.matchCauseEffect({
+            onSuccess: (others) => {
+              slot.others = Math.max(slot.others, others)
+              if (!learnFailing) return Effect.void
+              learnFailing = false
+              return Effect.logInfo("rate limit counts can be read again")
+            },
+            onFailure: (cause) => {
+              if (learnFailing) return Effect.void
+              learnFailing = true
+              return Effect.logWarning("rate limit count could not be read; deciding locally", cause)
+            }
+          }),
           // Looked at, read or not: a failed read is not tried again before the next sync succeeds.
           Effect.ensuring(Effect.sync(() => {
             slot.readAt = startedAt
@@ -230,25 +285,35 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
     const consume = (bucket: Bucket, key: string, tenantId: string | null) =>
       Effect.flatMap(windowOf(bucket, tenantId), (window) => count(bucket, key, window))
 
-    // After a failed sync every count is written again: the database may have restarted and lost
-    // the unlogged table. Writing an unchanged count leaves no row version behind.
-    let rewriteAll = false
+    /** Up to `max` slots that `wanted` accepts, those `first` also accepts ahead of the rest; one pass. */
+    const pick = (max: number, wanted: (slot: Slot) => boolean, first: (slot: Slot) => boolean) => {
+      const ahead: Array<Slot> = []
+      const rest: Array<Slot> = []
+      for (const slot of slots.values()) {
+        if (!wanted(slot)) continue
+        const into = first(slot) ? ahead : rest
+        if (into.length < max) into.push(slot)
+      }
+      return ahead.concat(rest.slice(0, max - ahead.length))
+    }
 
     /**
      * Writes this node's count of every window it accepted more in, and reads the other nodes'
      * counts of the windows it decided on recently. Counts are absolute, so a sync whose answer was
      * lost is simply written again; windows left alone are neither written nor read (a key seen
-     * once costs nothing more).
+     * once costs nothing more). Each statement is bounded in size: windows whose count grew by more
+     * than one, and windows used since the last sync, go first; a window left unread learns the
+     * others' count before its next decision.
      */
     const sync = Effect.suspend(() => {
       const startedAt = Date.now()
       for (const [id, slot] of slots) if (slot.windowEnd <= startedAt) slots.delete(id)
-      const writes: Array<Slot> = []
-      const reads: Array<Slot> = []
-      for (const slot of slots.values()) {
-        if (slot.local > slot.written || (rewriteAll && slot.local > 0)) writes.push(slot)
-        if (startedAt - slot.usedAt <= READ_WHILE_USED_MS) reads.push(slot)
-      }
+      const writes = pick(SYNC_WRITES_MAX, (slot) => slot.local > slot.written, (slot) => slot.local - slot.written > 1)
+      const reads = pick(
+        SYNC_READS_MAX,
+        (slot) => startedAt - slot.usedAt <= READ_WHILE_USED_MS,
+        (slot) => slot.usedAt >= lastSyncAt
+      )
       // Nothing to exchange: no statement, and nothing learned about the database (`false`).
       if (writes.length === 0 && reads.length === 0) {
         return Effect.sync(() => {
@@ -258,8 +323,7 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
       }
       const counts = writes.map((slot) => slot.local)
       const w = windowColumns(writes)
-      const r = windowColumns(reads)
-      return sql<{ bucket: string; key: string; window_start: string; window_end: string; others: string }>`
+      return sql<CountRow>`
         WITH written AS (
           INSERT INTO rate_limit_counters (bucket, key, window_start, window_end, node, count)
           SELECT bucket, key, window_start, window_end, ${node}, count
@@ -268,21 +332,17 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
           ON CONFLICT (bucket, key, window_start, window_end, node)
           DO UPDATE SET count = EXCLUDED.count WHERE rate_limit_counters.count < EXCLUDED.count
         )
-        SELECT c.bucket, c.key, c.window_start, c.window_end, sum(c.count) AS others
-        FROM UNNEST(${r.buckets}::text[], ${r.keys}::text[], ${r.starts}::int8[], ${r.ends}::int8[])
-             AS l(bucket, key, window_start, window_end)
-        JOIN rate_limit_counters c USING (bucket, key, window_start, window_end)
-        WHERE c.node <> ${node}
-        GROUP BY c.bucket, c.key, c.window_start, c.window_end`.pipe(
+        ${othersIn(reads)}`.pipe(
         // Not waiting for the statement's cancellation: a silent connection must not stop the syncs.
         (statement) => answerWithin(statement, READ_WAIT_MS, () => new Error("the rate limit sync timed out")),
-        Effect.tapError(() => Effect.sync(() => (rewriteAll = true))),
+        // After a failed sync every count is written again: the database may have restarted and
+        // lost the unlogged table. Writing an unchanged count leaves no row version behind.
+        Effect.tapError(() => Effect.sync(() => slots.forEach((slot) => (slot.written = 0)))),
         Effect.map((rows) => {
-          rewriteAll = false
           writes.forEach((slot, i) => (slot.written = Math.max(slot.written, counts[i]!)))
-          const others = new Map(rows.map((row) => [slotId(row.bucket, row.key, row.window_start, row.window_end), Number(row.others)]))
+          const others = byWindow(rows)
           for (const slot of reads) {
-            slot.others = Math.max(slot.others, others.get(slotId(slot.bucket, slot.key, slot.windowStart, slot.windowEnd)) ?? 0)
+            slot.others = Math.max(slot.others, others.get(idOf(slot)) ?? 0)
             slot.readAt = startedAt
           }
           // A failed sync leaves it: while the database is away, decisions are local.
