@@ -1,10 +1,59 @@
+import { Sharding } from "@effect/cluster"
 import { expect, layer } from "@effect/vitest"
-import { Chunk, Deferred, Effect, Fiber, Stream } from "effect"
+import { Chunk, Context, Deferred, Effect, Fiber, Layer, Schedule, Stream } from "effect"
+import { ConversationEntity } from "../cluster/ConversationEntity.js"
 import { LIVE_BUFFER } from "../src/conversations/SeqFollower.js"
 import { ConversationHub } from "../src/realtime/ConversationHub.js"
 import { tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { query } from "./support/TestDatabase.js"
 import { admin, TestNodeLive } from "./support/TestNode.js"
+
+/** One Subscribe call to a conversation entity: where it started and the seqs it delivered. */
+interface Upstream {
+  readonly fromSeq: number
+  readonly delivered: Array<number>
+}
+
+type ConversationClient = ReturnType<Effect.Effect.Success<typeof ConversationEntity.client>>
+
+/**
+ * The node's cluster, except that the first Subscribe stream to a conversation entity stays silent
+ * without ending or failing, as a crash re-send that never resumed. Every Subscribe is recorded.
+ */
+const FirstSubscribeSilent = (upstreams: Array<Upstream>) =>
+  Layer.effect(
+    Sharding.Sharding,
+    Effect.gen(function*() {
+      const sharding = yield* Sharding.Sharding
+      const conversations = yield* sharding.makeClient(ConversationEntity)
+      const subscribe = (client: ConversationClient) => (payload: { readonly fromSeq: number }) => {
+        const upstream: Upstream = { fromSeq: payload.fromSeq, delivered: [] }
+        upstreams.push(upstream)
+        return upstreams.length === 1
+          ? Stream.never
+          : client.Subscribe(payload).pipe(Stream.tap((activity) => Effect.sync(() => upstream.delivered.push(activity.seq))))
+      }
+      return Sharding.Sharding.of({
+        ...sharding,
+        makeClient: (entity) =>
+          Effect.map(sharding.makeClient(entity), (client) => (entityId: string) =>
+            new Proxy(client(entityId), {
+              get: (target, key, receiver) =>
+                entity.type === ConversationEntity.type && key === "Subscribe"
+                  ? subscribe(conversations(entityId))
+                  : Reflect.get(target, key, receiver)
+            }))
+      })
+    })
+  )
+
+/** Waits until `done` holds, looking every 100 ms for up to 30 s; then fails naming `what`. */
+const eventually = (what: string, done: () => boolean) =>
+  Effect.sync(done).pipe(
+    Effect.filterOrFail((ok) => ok, () => `still waiting for ${what}`),
+    Effect.retry(Schedule.spaced("100 millis").pipe(Schedule.upTo("30 seconds"))),
+    Effect.orDie
+  )
 
 layer(TestNodeLive(), { excludeTestServices: true })("node-local hub", (it) => {
   it.effect("a listener gets stored history from its watermark, then live activities in order", () =>
@@ -81,4 +130,29 @@ layer(TestNodeLive(), { excludeTestServices: true })("node-local hub", (it) => {
       const seen = Chunk.toReadonlyArray(yield* Fiber.join(listener).pipe(Effect.timeout("30 seconds")))
       expect(seen.map((a) => a.seq)).toEqual(Array.from({ length: total }, (_, i) => i + 1))
     }), 60_000)
+
+  it.effect("an upstream that goes silent is restarted from what the topic published, and live activities flow through the new one", () =>
+    Effect.gen(function*() {
+      const upstreams: Array<Upstream> = []
+      // A hub of its own, over a cluster whose first Subscribe never delivers anything.
+      const hub = Context.get(
+        yield* Layer.build(ConversationHub.Default.pipe(Layer.provide(FirstSubscribeSilent(upstreams)))),
+        ConversationHub
+      )
+      const { conversationId, key } = yield* tenantWithConversation
+      const path = `/conversations/${conversationId}/activities`
+      const listener = yield* hub.subscribe(conversationId, 0).pipe(Stream.take(2), Stream.runCollect, Effect.fork)
+      yield* eventually("the first subscribe", () => upstreams.length === 1)
+      // Only the gap check can bring this one; the check after it finds it still unannounced.
+      yield* tenantApi(key, "POST", path, { text: "m1" })
+      yield* eventually("the silent upstream to be restarted", () => upstreams.length >= 2)
+      expect(upstreams[1]!.fromSeq).toBe(1)
+      yield* tenantApi(key, "POST", path, { text: "m2" })
+      yield* eventually("m2 through the new upstream", () => upstreams[1]!.delivered.includes(2))
+      const seen = Chunk.toReadonlyArray(yield* Fiber.join(listener).pipe(Effect.timeout("30 seconds")))
+      expect(seen.map((a) => [a.seq, a.text])).toEqual([[1, "m1"], [2, "m2"]])
+      // A healthy upstream is left alone: two more checks restart nothing.
+      yield* Effect.sleep("5 seconds")
+      expect(upstreams.length).toBe(2)
+    }).pipe(Effect.scoped), 90_000)
 })

@@ -1,4 +1,4 @@
-import { Duration, Effect, ExecutionStrategy, Exit, PubSub, Ref, Schedule, Scope, Stream } from "effect"
+import { Duration, Effect, ExecutionStrategy, Exit, Fiber, PubSub, Ref, Schedule, Scope, Stream } from "effect"
 import { ConversationEntity } from "../../cluster/ConversationEntity.js"
 import { ActivityStore } from "../conversations/ActivityStore.js"
 import { inSeqOrder, livePubSub, type ReadAfter, storedBetween } from "../conversations/SeqFollower.js"
@@ -8,7 +8,10 @@ import { databaseUnavailable, type Unavailable } from "../domain/ApiError.js"
 const PAGE = 500
 /** Upstream pause after the entity stream ended or failed (handoff, crash, timeout). */
 const RESUBSCRIBE_AFTER = Duration.millis(250)
-/** A silent upstream (a crash re-send that never resumed) is caught up from the table this often. */
+/**
+ * A silent upstream (a crash re-send that never resumed) is caught up from the table this often,
+ * and restarted when the head one check read is still not announced at the next.
+ */
 const GAP_CHECK_EVERY = Duration.seconds(2)
 /** Conversations whose heads one gap-check query reads. */
 const GAP_CHECK_BATCH = 5000
@@ -18,17 +21,24 @@ interface Topic {
   readonly last: Ref.Ref<number>
   /** Publishing is check-then-publish: the upstream and the gap check take turns. */
   readonly publishing: Effect.Semaphore
+  /** The highest seq the current upstream received from the entity, or the seq it subscribed from. */
+  readonly announced: Ref.Ref<number>
   readonly scope: Scope.CloseableScope
+  /** The fiber following the entity's stream; the gap check replaces it when it goes silent. */
+  follower: Fiber.RuntimeFiber<never>
+  /** The conversation's head at the previous gap check. Changed only by the gap check. */
+  headAtCheck: number
   /** Open subscriptions; the topic closes with its last one. Changed only under the hub's lock. */
   listeners: number
 }
 
-type Feed = Pick<Topic, "pubsub" | "last" | "publishing">
+type Feed = Pick<Topic, "pubsub" | "last" | "publishing" | "announced">
 
 /**
  * The node-local fan-out. Each conversation with local listeners has one upstream subscription to
- * its entity, wherever that runs; it resumes from the last seq it saw and fills any gap from the
- * activities table, so listeners get every activity once, in seq order, whatever happens upstream.
+ * its entity, wherever that runs; it resumes from the last seq it saw, fills any gap from the
+ * activities table and is restarted when it goes silent, so listeners get every activity once, in
+ * seq order, whatever happens upstream.
  */
 export class ConversationHub extends Effect.Service<ConversationHub>()("parley/ConversationHub", {
   scoped: Effect.gen(function*() {
@@ -61,14 +71,18 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
     /** Follows the entity's stream; after it ends or fails, catches up from the table and follows again. */
     const upstream = (conversationId: string, topic: Feed) =>
       Ref.get(topic.last).pipe(
+        Effect.tap((fromSeq) => Ref.set(topic.announced, fromSeq)),
         Effect.flatMap((fromSeq) =>
           entity(conversationId).Subscribe({ fromSeq }).pipe(
             Stream.runForEach((activity) =>
-              Ref.get(topic.last).pipe(Effect.flatMap((last) =>
-                activity.seq > last + 1
-                  ? fillFromTable(conversationId, topic, activity.seq).pipe(Effect.zipRight(publishNext(topic, activity)))
-                  : publishNext(topic, activity)
-              ))
+              Ref.set(topic.announced, activity.seq).pipe(
+                Effect.zipRight(Ref.get(topic.last)),
+                Effect.flatMap((last) =>
+                  activity.seq > last + 1
+                    ? fillFromTable(conversationId, topic, activity.seq).pipe(Effect.zipRight(publishNext(topic, activity)))
+                    : publishNext(topic, activity)
+                )
+              )
             )
           )
         ),
@@ -79,9 +93,30 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
         Effect.forever
       )
 
+    // `open` runs as a stream's resource, acquired uninterruptibly: the follower must be interruptible.
+    const follow = (conversationId: string, topic: Feed, scope: Scope.Scope) =>
+      Effect.forkIn(Effect.interruptible(upstream(conversationId, topic)), scope)
+
+    /**
+     * Replaces the topic's upstream with one subscribed from what the topic has published. The old
+     * one is not awaited (stopping a call to an unreachable owner takes seconds); until it stops
+     * both may publish, and `publishNext` publishes each seq once.
+     */
+    const restart = (conversationId: string, topic: Topic) =>
+      Effect.gen(function*() {
+        yield* Fiber.interruptFork(topic.follower)
+        // Into the topic's scope: a topic closed meanwhile interrupts it at once.
+        topic.follower = yield* follow(conversationId, topic, topic.scope)
+        yield* Effect.logWarning("live fan-out upstream went silent, restarted").pipe(
+          Effect.annotateLogs("conversation_id", conversationId)
+        )
+      })
+
     /**
      * Catches up every topic whose conversation's head is past what it published: one query for the
-     * heads of up to `GAP_CHECK_BATCH` conversations, a table read only for those behind.
+     * heads of up to `GAP_CHECK_BATCH` conversations, a table read only for those behind. Restarts
+     * the upstream of a topic whose head at the previous check is still not announced: a check
+     * apart, that is silence, not the few milliseconds an announcement trails its commit.
      */
     const gapCheck = Effect.gen(function*() {
       const open = [...topics]
@@ -89,10 +124,15 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
         const batch = open.slice(i, i + GAP_CHECK_BATCH)
         const heads = yield* store.headsOf(batch.map(([id]) => id))
         yield* Effect.forEach(batch, ([id, topic]) =>
-          Effect.flatMap(Ref.get(topic.last), (last) =>
-            (heads.get(id) ?? 0) > last ? fillFromTable(id, topic).pipe(Effect.catchAllCause(() => Effect.void)) : Effect.void), {
-            discard: true
-          })
+          Effect.gen(function*() {
+            const head = heads.get(id) ?? 0
+            const silent = topic.headAtCheck > (yield* Ref.get(topic.announced))
+            topic.headAtCheck = head
+            if (head > (yield* Ref.get(topic.last))) {
+              yield* fillFromTable(id, topic).pipe(Effect.catchAllCause(() => Effect.void))
+            }
+            if (silent) yield* restart(id, topic)
+          }), { discard: true })
       }
     })
     // Whatever one check meets (a defect included), the next one runs.
@@ -108,9 +148,10 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
         const pubsub = yield* livePubSub()
         const last = yield* Ref.make(head)
         const publishing = yield* Effect.makeSemaphore(1)
-        // Acquired uninterruptibly (a stream's resource): make the follower interruptible again.
-        yield* Effect.forkIn(Effect.interruptible(upstream(conversationId, { pubsub, last, publishing })), scope)
-        const topic: Topic = { pubsub, last, publishing, scope, listeners: 1 }
+        const announced = yield* Ref.make(head)
+        const feed: Feed = { pubsub, last, publishing, announced }
+        const follower = yield* follow(conversationId, feed, scope)
+        const topic: Topic = { ...feed, scope, follower, headAtCheck: head, listeners: 1 }
         topics.set(conversationId, topic)
         return topic
       })
