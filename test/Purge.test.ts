@@ -89,6 +89,25 @@ layer(TestNodeLive({ PURGE_INTERVAL_SECONDS: "3600" }), { excludeTestServices: t
       expect(yield* countOf("deliveries", small)).toBe(0)
       expect(yield* purge.backlog).toBe(0)
     }))
+  // A delete looks up the rows referencing what it deletes; without such an index that is a scan of
+  // every tenant's rows, which grows past the statement timeout with the installation.
+  it.effect("every foreign key has an index leading with the column that names its parent row", () =>
+    Effect.gen(function*() {
+      // The last column: tenant-scoped keys lead with tenant_id, which every row of the tenant shares.
+      const unindexed = yield* query<{ constraint: string }>(`
+        SELECT c.conrelid::regclass || '.' || c.conname AS constraint
+        FROM pg_constraint c
+        JOIN pg_namespace n ON n.oid = c.connamespace AND n.nspname = current_schema()
+        WHERE c.contype = 'f' AND NOT EXISTS (
+          SELECT 1 FROM pg_index i
+          JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+          WHERE i.indrelid = c.conrelid AND i.indisvalid
+            AND i.indkey[0] = c.conkey[array_length(c.conkey, 1)]
+            AND (i.indpred IS NULL OR pg_get_expr(i.indpred, i.indrelid) = '(' || a.attname || ' IS NOT NULL)')
+        )
+        ORDER BY 1`)
+      expect(unindexed.map((r) => r.constraint)).toEqual([])
+    }))
 })
 
 layer(TestNodeLive({ PURGE_INTERVAL_SECONDS: "1" }), { excludeTestServices: true })("purge job", (it) => {

@@ -9,6 +9,7 @@ import appendPath from "../../migrations/0003_append_path.js"
 import backgroundPurge from "../../migrations/0004_background_purge.js"
 import rateLimitWindowEnd from "../../migrations/0005_rate_limit_window_end.js"
 import rateLimitCountsPerNode from "../../migrations/0006_rate_limit_counts_per_node.js"
+import foreignKeyIndexes from "../../migrations/0007_foreign_key_indexes.js"
 
 /** Every shipped migration, by name; readiness reports any that is not applied. */
 export const migrations = {
@@ -17,7 +18,8 @@ export const migrations = {
   "0003_append_path": appendPath,
   "0004_background_purge": backgroundPurge,
   "0005_rate_limit_window_end": rateLimitWindowEnd,
-  "0006_rate_limit_counts_per_node": rateLimitCountsPerNode
+  "0006_rate_limit_counts_per_node": rateLimitCountsPerNode,
+  "0007_foreign_key_indexes": foreignKeyIndexes
 } as const
 
 /**
