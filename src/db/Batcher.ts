@@ -4,6 +4,8 @@ import { answerWithin, awaitReply, type Reply, WorkQueue } from "../concurrency/
 interface Waiting<K, A, E> {
   readonly key: K
   readonly done: Reply<A, E>
+  /** The caller was answered already (its wait ran out): no batch looks it up any more. */
+  answered: boolean
 }
 
 /**
@@ -16,16 +18,22 @@ export const makeBatcher = <K, A, E>(options: {
   readonly maxBatch: number
   readonly concurrency: number
   readonly run: (keys: ReadonlyArray<K>) => Effect.Effect<ReadonlyArray<A>, E>
-  /** A batch taking longer fails all its callers: one stuck batch must not hold every later one. */
+  /**
+   * A batch taking longer fails all its callers: one stuck batch must not hold every later one. A
+   * caller waits no longer than this from its call either, however many batches are queued ahead.
+   */
   readonly timeout: { readonly ms: number; readonly onTimeout: () => E }
 }) =>
   Effect.gen(function*() {
     const queue = new WorkQueue<Waiting<K, A, E>>()
 
-    const runBatch = (batch: ReadonlyArray<Waiting<K, A, E>>) =>
-      Effect.exit(answerWithin(options.run(batch.map((w) => w.key)), options.timeout.ms, options.timeout.onTimeout)).pipe(
+    const runBatch = (taken: ReadonlyArray<Waiting<K, A, E>>) => {
+      const batch = taken.filter((waiting) => !waiting.answered)
+      if (batch.length === 0) return Effect.void
+      return Effect.exit(answerWithin(options.run(batch.map((w) => w.key)), options.timeout.ms, options.timeout.onTimeout)).pipe(
         Effect.map((exit) => batch.forEach((waiting, i) => waiting.done(Exit.map(exit, (answers) => answers[i]!))))
       )
+    }
 
     yield* Effect.forkScoped(
       Effect.forever(queue.take(options.maxBatch).pipe(Effect.flatMap(runBatch))).pipe(
@@ -33,5 +41,18 @@ export const makeBatcher = <K, A, E>(options: {
       )
     )
 
-    return (key: K): Effect.Effect<A, E> => awaitReply<A, E>((done) => queue.offer({ key, done }))
+    return (key: K): Effect.Effect<A, E> =>
+      awaitReply<A, E>((reply) => {
+        const waiting: Waiting<K, A, E> = {
+          key,
+          answered: false,
+          done: (exit) => {
+            clearTimeout(timer)
+            waiting.answered = true
+            reply(exit)
+          }
+        }
+        const timer = setTimeout(() => waiting.done(Exit.fail(options.timeout.onTimeout())), options.timeout.ms)
+        queue.offer(waiting)
+      })
   })

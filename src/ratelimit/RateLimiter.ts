@@ -220,8 +220,7 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
     const learn = (slot: Slot, learned: Deferred.Deferred<void>) =>
       Effect.suspend(() => {
         const startedAt = Date.now()
-        // The wait for a batch counts toward the bound too.
-        return answerWithin(readOthers(slot), READ_WAIT_MS, () => "slow" as const).pipe(
+        return readOthers(slot).pipe(
           Effect.matchCauseEffect({
             onSuccess: (others) => {
               slot.others = Math.max(slot.others, others)
