@@ -1,6 +1,7 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect, Schedule } from "effect"
 import { ConversationPurge } from "../src/conversations/ConversationPurge.js"
+import { pruneAuditLog } from "../src/ops/Housekeeping.js"
 import { insertChannel, insertConversation, tenantApi } from "./support/Fixtures.js"
 import { query } from "./support/TestDatabase.js"
 import { admin, createTenant, manage, TestNodeLive } from "./support/TestNode.js"
@@ -89,6 +90,38 @@ layer(TestNodeLive({ PURGE_INTERVAL_SECONDS: "3600" }), { excludeTestServices: t
       expect(yield* countOf("deliveries", small)).toBe(0)
       expect(yield* purge.backlog).toBe(0)
     }))
+  it.effect("the audit log keeps AUDIT_RETENTION_DAYS of rows, oldest pruned first in chunks; 0 keeps all", () =>
+    Effect.gen(function*() {
+      const tenantId = crypto.randomUUID()
+      // 25,000 rows 40 days old (more than two chunks), one 20 days old, one new.
+      yield* query(
+        `INSERT INTO audit_log (id, tenant_id, actor_type, actor_id, action, resource_type, inserted_at)
+         SELECT gen_random_uuid(), $1, 'system', 'test', 'old', 'test', now() - interval '40 days' - i * interval '1 second'
+         FROM generate_series(1, 25000) AS i`,
+        [tenantId]
+      )
+      for (const [action, age] of [["recent", "20 days"], ["new", "0 days"]]) {
+        yield* query(
+          `INSERT INTO audit_log (id, tenant_id, actor_type, actor_id, action, resource_type, inserted_at)
+           VALUES (gen_random_uuid(), $1, 'system', 'test', $2, 'test', now() - $3::interval)`,
+          [tenantId, action, age]
+        )
+      }
+      const left = Effect.map(
+        query<{ action: string; n: string }>(
+          "SELECT action, count(*) AS n FROM audit_log WHERE tenant_id = $1 GROUP BY action ORDER BY action",
+          [tenantId]
+        ),
+        (rows) => rows.map((r) => `${r.action}:${r.n}`)
+      )
+      expect(yield* pruneAuditLog(0)).toBe(0)
+      expect(yield* left).toEqual(["new:1", "old:25000", "recent:1"])
+      expect(yield* pruneAuditLog(30)).toBeGreaterThanOrEqual(25_000)
+      expect(yield* left).toEqual(["new:1", "recent:1"])
+      yield* pruneAuditLog(10)
+      expect(yield* left).toEqual(["new:1"])
+    }))
+
   // A delete looks up the rows referencing what it deletes; without such an index that is a scan of
   // every tenant's rows, which grows past the statement timeout with the installation.
   it.effect("every foreign key has an index leading with the column that names its parent row", () =>

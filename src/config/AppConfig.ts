@@ -194,6 +194,8 @@ export class AppConfig extends Effect.Service<AppConfig>()("parley/AppConfig", {
     conversationIdleCloseSeconds: lifetimeSeconds("CONVERSATION_IDLE_CLOSE_SECONDS", 86400),
     conversationExpiryCheckSeconds: intervalSeconds("CONVERSATION_EXPIRY_CHECK_SECONDS", 3600),
     purgeIntervalSeconds: intervalSeconds("PURGE_INTERVAL_SECONDS", 10),
+    // server-apis.md "Limits": 365 days by default, 0 keeps the audit log forever.
+    auditRetentionDays: withDefault("AUDIT_RETENTION_DAYS", 365, integerIn(0, MAX_LIFETIME_SECONDS / 86_400, " (days; 0 keeps forever)")),
     sseHeartbeatMs: millis("SSE_HEARTBEAT_MS", 30000),
     socketIdleTimeoutMs: millis("SOCKET_IDLE_TIMEOUT_MS", 60000),
     rateLimits,

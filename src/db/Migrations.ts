@@ -10,6 +10,7 @@ import backgroundPurge from "../../migrations/0004_background_purge.js"
 import rateLimitWindowEnd from "../../migrations/0005_rate_limit_window_end.js"
 import rateLimitCountsPerNode from "../../migrations/0006_rate_limit_counts_per_node.js"
 import foreignKeyIndexes from "../../migrations/0007_foreign_key_indexes.js"
+import auditLogByTime from "../../migrations/0008_audit_log_by_time.js"
 
 /** Every shipped migration, by name; readiness reports any that is not applied. */
 export const migrations = {
@@ -19,7 +20,8 @@ export const migrations = {
   "0004_background_purge": backgroundPurge,
   "0005_rate_limit_window_end": rateLimitWindowEnd,
   "0006_rate_limit_counts_per_node": rateLimitCountsPerNode,
-  "0007_foreign_key_indexes": foreignKeyIndexes
+  "0007_foreign_key_indexes": foreignKeyIndexes,
+  "0008_audit_log_by_time": auditLogByTime
 } as const
 
 /**

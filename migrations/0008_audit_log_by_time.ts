@@ -1,0 +1,12 @@
+import { SqlClient } from "@effect/sql"
+import { Effect } from "effect"
+
+/**
+ * The hourly prune of the audit log (`AUDIT_RETENTION_DAYS`) deletes its oldest rows in chunks; this
+ * index finds them without reading the whole log each time. `IF NOT EXISTS`: a large log's index may
+ * be built beforehand with `CREATE INDEX CONCURRENTLY` under this name.
+ */
+export default Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`CREATE INDEX IF NOT EXISTS audit_log_inserted_at ON audit_log (inserted_at)`
+})
