@@ -4,7 +4,8 @@ import { TokenSigner } from "../src/auth/TokenSigner.js"
 import { MAX_JSON_BODY_BYTES } from "../src/http/EdgeRules.js"
 import { insertChannel, insertConversation, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { rawRequest } from "./support/RawHttp.js"
-import { query } from "./support/TestDatabase.js"
+import { statusAndCode } from "./support/Envelope.js"
+import { commitWhenWaiting, query, serverUrl } from "./support/TestDatabase.js"
 import { admin, createTenant, type Reply, request, TestNode, TestNodeLive } from "./support/TestNode.js"
 import { TestSigner } from "./support/TestSigner.js"
 
@@ -228,6 +229,45 @@ layer(
         expectError(yield* post("/conversations", { secret: channel.secret, body: {} }), 401, "unauthorized")
         expect(yield* conversationCount(tenant.id)).toBe(before)
       }))
+
+    it.effect.runIf(serverUrl !== undefined)(
+      "a create racing the delete of its channel or tenant is 401, as its token is after it; nothing stored",
+      () =>
+        Effect.gen(function*() {
+          for (const table of ["channels", "tenants"] as const) {
+            const tenant = yield* createTenant()
+            const channel = yield* insertChannel(tenant.id)
+            const create = post("/conversations", { secret: channel.secret, body: {} })
+            // The token is checked while the delete is uncommitted; the create meets it at the channel's row.
+            const raced = yield* commitWhenWaiting(
+              [[`DELETE FROM ${table} WHERE id = $1`, [table === "channels" ? channel.id : tenant.id]]],
+              create
+            )
+            expectError(raced, 401, "unauthorized")
+            expectDeprecated(raced)
+            expect(statusAndCode(yield* create), table).toEqual(statusAndCode(raced))
+            expect(yield* conversationCount(tenant.id), table).toBe(0)
+          }
+        })
+    )
+
+    it.effect.runIf(serverUrl !== undefined)(
+      "a create racing the deactivation of its channel is 400 channel_inactive, as after it; nothing stored",
+      () =>
+        Effect.gen(function*() {
+          const tenant = yield* createTenant()
+          const channel = yield* insertChannel(tenant.id)
+          const create = post("/conversations", { secret: channel.secret, body: {} })
+          // As the management API deactivates a channel: the row lock first, then the write.
+          const raced = yield* commitWhenWaiting([
+            ["SELECT 1 FROM channels WHERE id = $1 FOR UPDATE", [channel.id]],
+            ["UPDATE channels SET status = 'inactive', updated_at = now() WHERE id = $1", [channel.id]]
+          ], create)
+          expectError(raced, 400, "channel_inactive")
+          expect(statusAndCode(yield* create)).toEqual(statusAndCode(raced))
+          expect(yield* conversationCount(tenant.id)).toBe(0)
+        })
+    )
 
     it.effect("an invalid body is 401 unauthorized and stores nothing", () =>
       Effect.gen(function*() {

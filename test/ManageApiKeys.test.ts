@@ -2,7 +2,8 @@ import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { createHash } from "node:crypto"
 import Pg from "pg"
-import { query, serverUrl, TestDatabase } from "./support/TestDatabase.js"
+import { envelope, statusAndCode } from "./support/Envelope.js"
+import { commitWhenWaiting, query, serverUrl, TestDatabase } from "./support/TestDatabase.js"
 import { admin, createTenant, manage, request, TestNodeLive } from "./support/TestNode.js"
 
 const KEY_FIELDS = ["created_by", "expires_at", "id", "inserted_at", "last_used_at", "name", "prefix", "revoked_at", "scopes",
@@ -34,6 +35,10 @@ const lastUsedAt = (id: string) =>
   )
 
 const inOneHour = () => new Date(Date.now() + 3_600_000).toISOString()
+
+/** Keys issued for the tenant, as their audit rows show (the keys themselves go with a deleted tenant). */
+const issuedAudits = (tenantId: string) =>
+  query("SELECT id FROM audit_log WHERE tenant_id = $1 AND action = 'api_key.created'", [tenantId])
 
 layer(TestNodeLive(), { excludeTestServices: true })("scoped API keys", (it) => {
   // Tests that read what was stored need direct SQL, which only a PostgreSQL server offers.
@@ -315,6 +320,18 @@ layer(TestNodeLive(), { excludeTestServices: true })("scoped API keys", (it) => 
   })
 
   describe("tenancy", () => {
+    stored("an issue racing the delete of the tenant is 401 unauthorized, as the key is after it; nothing stored", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const create = manage(tenant.api_key, "POST", "/api_keys", { api_key: { name: "k", scopes: ["read"] } })
+        // The key is checked while the delete is uncommitted; the issue meets the delete at the tenant's row.
+        const raced = yield* commitWhenWaiting([["DELETE FROM tenants WHERE id = $1", [tenant.id]]], create)
+        expect(raced.body).toEqual(envelope("unauthorized"))
+        expect(statusAndCode(raced)).toEqual({ status: 401, code: "unauthorized" })
+        expect(statusAndCode(yield* create)).toEqual(statusAndCode(raced))
+        expect(yield* issuedAudits(tenant.id)).toEqual([])
+      }))
+
     stored("another tenant's key is 404 and keeps working; so is the primary key", () =>
       Effect.gen(function*() {
         const owner = yield* createTenant()
@@ -337,6 +354,18 @@ layer(TestNodeLive(), { excludeTestServices: true })("scoped API keys", (it) => 
   })
 
   describe("admin API", () => {
+    stored("an issue racing the delete of the tenant is 404 not_found, as for an unknown tenant; nothing stored", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const create = admin("POST", `/tenants/${tenant.id}/api_keys`, { api_key: { name: "k", scopes: ["read"] } })
+        // The tenant is found while the delete is uncommitted; the issue meets the delete at the tenant's row.
+        const raced = yield* commitWhenWaiting([["DELETE FROM tenants WHERE id = $1", [tenant.id]]], create)
+        expect(raced.body).toEqual(envelope("not_found"))
+        expect(statusAndCode(raced)).toEqual({ status: 404, code: "not_found" })
+        expect(statusAndCode(yield* create)).toEqual(statusAndCode(raced))
+        expect(yield* issuedAudits(tenant.id)).toEqual([])
+      }))
+
     stored("the operator issues any scopes, lists without the key and revokes at once", () =>
       Effect.gen(function*() {
         const tenant = yield* createTenant()

@@ -1,6 +1,7 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { query, serverUrl } from "./support/TestDatabase.js"
+import { statusAndCode } from "./support/Envelope.js"
+import { commitWhenWaiting, query, serverUrl } from "./support/TestDatabase.js"
 import { createChannel, HOOK_URL, ISO_MICROS, manage, sha256Hex, storedCounts } from "./support/ManageClient.js"
 import { admin, createTenant, request, TestNodeLive } from "./support/TestNode.js"
 
@@ -196,6 +197,19 @@ layer(TestNodeLive(), { excludeTestServices: true })("management API: channels",
           expect(reply.status).toBe(400)
           expect(reply.body).toEqual(envelope("bad_request"))
         }
+      }))
+
+    sqlIt("a create racing the delete of its tenant is 401 unauthorized, as the key is after it; nothing stored", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const before = yield* storedCounts(tenant.id)
+        const create = manage(tenant.api_key, "POST", "/channels", { channel: webhook({}) })
+        // The key is checked while the delete is uncommitted; the create meets the delete at the tenant's row.
+        const raced = yield* commitWhenWaiting([["DELETE FROM tenants WHERE id = $1", [tenant.id]]], create)
+        expect(raced.body).toEqual(envelope("unauthorized"))
+        expect(statusAndCode(raced)).toEqual({ status: 401, code: "unauthorized" })
+        expect(statusAndCode(yield* create)).toEqual(statusAndCode(raced))
+        expect(yield* storedCounts(tenant.id)).toEqual(before)
       }))
 
     it.effect("no key is 401 and a key without manage is 403", () =>

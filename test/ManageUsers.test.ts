@@ -1,7 +1,8 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { randomBytes } from "node:crypto"
-import { query, serverUrl } from "./support/TestDatabase.js"
+import { envelope, statusAndCode } from "./support/Envelope.js"
+import { commitWhenWaiting, query, serverUrl } from "./support/TestDatabase.js"
 import { admin, createTenant, manage, request, TestNodeLive } from "./support/TestNode.js"
 
 const PASSWORD = "correct horse battery staple"
@@ -360,6 +361,20 @@ layer(TestNodeLive(), { excludeTestServices: true })("management API: users", (i
         expect((yield* manage(owner.api_key, "GET", `/users/${user.id}`)).body.data).toEqual(user)
         expect(yield* sessionCount(user.id)).toBe(1)
         expect((yield* manage(stranger.api_key, "GET", "/users")).body.data).toEqual([])
+      }))
+
+    stored("a create racing the delete of its tenant is 401 unauthorized, as the key is after it; nothing stored", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const create = manage(tenant.api_key, "POST", "/users", { user: { email: newEmail(), password: PASSWORD } })
+        // The key is checked while the delete is uncommitted; the create meets the delete at the tenant's row.
+        const raced = yield* commitWhenWaiting([["DELETE FROM tenants WHERE id = $1", [tenant.id]]], create)
+        expect(raced.body).toEqual(envelope("unauthorized"))
+        expect(statusAndCode(raced)).toEqual({ status: 401, code: "unauthorized" })
+        expect(statusAndCode(yield* create)).toEqual(statusAndCode(raced))
+        expect(yield* userCount(tenant.id)).toBe(0)
+        expect(yield* query("SELECT id FROM audit_log WHERE tenant_id = $1 AND action = 'user.created'", [tenant.id]))
+          .toEqual([])
       }))
 
     stored("a key without manage is 403 insufficient_scope; a scoped manage key is the audit actor", () =>

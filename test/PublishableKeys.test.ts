@@ -1,7 +1,8 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { createChannel, ISO_MICROS, manage, sha256Hex, storedCounts } from "./support/ManageClient.js"
-import { query, serverUrl } from "./support/TestDatabase.js"
+import { statusAndCode } from "./support/Envelope.js"
+import { commitWhenWaiting, query, serverUrl } from "./support/TestDatabase.js"
 import { createTenant, TestNodeLive } from "./support/TestNode.js"
 
 const keysOf = (channelId: string) => `/channels/${channelId}/publishable_keys`
@@ -148,6 +149,24 @@ layer(TestNodeLive(), { excludeTestServices: true })("management API: publishabl
   })
 
   describe("validation and scoping", () => {
+    sqlIt("a create racing the delete of its channel is 404, of its tenant 401, as after them; nothing stored", () =>
+      Effect.gen(function*() {
+        for (const [table, status, code] of [["channels", 404, "not_found"], ["tenants", 401, "unauthorized"]] as const) {
+          const tenant = yield* createTenant()
+          const channel = yield* createChannel(tenant.api_key)
+          const before = yield* storedCounts(tenant.id)
+          const create = manage(tenant.api_key, "POST", keysOf(channel.id), { publishable_key: { name: "web" } })
+          // The key is checked while the delete is uncommitted; the create meets the delete at the locked row.
+          const raced = yield* commitWhenWaiting(
+            [[`DELETE FROM ${table} WHERE id = $1`, [table === "channels" ? channel.id : tenant.id]]],
+            create
+          )
+          expect(statusAndCode(raced), table).toEqual({ status, code })
+          expect(statusAndCode(yield* create), table).toEqual(statusAndCode(raced))
+          expect(yield* storedCounts(tenant.id), table).toEqual({ ...before, channels: before.channels - 1 })
+        }
+      }))
+
     sqlIt("a missing name, a wildcard or any non-origin is 422 and stores nothing", () =>
       Effect.gen(function*() {
         const tenant = yield* createTenant()

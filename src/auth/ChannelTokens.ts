@@ -13,6 +13,9 @@ export const ChannelOfSecret = Schema.Struct({
 })
 export type ChannelOfSecret = typeof ChannelOfSecret.Type
 
+/** 401 for a channel secret that names no usable channel. */
+export const invalidChannelToken = () => new Unauthorized({ message: "invalid channel token" })
+
 /** Looks channels up by their secret (`x-channel-token`, `tokens/generate`); only hashes are stored. */
 export class ChannelTokens extends Effect.Service<ChannelTokens>()("parley/ChannelTokens", {
   effect: Effect.gen(function*() {
@@ -37,7 +40,7 @@ export class ChannelTokens extends Effect.Service<ChannelTokens>()("parley/Chann
           Effect.catchTag("BadRequest", () => Effect.succeedNone)
         )
         if (Option.isNone(channel) || channel.value.tenant_status !== "active") {
-          return yield* new Unauthorized({ message: "invalid channel token" })
+          return yield* invalidChannelToken()
         }
         if (channel.value.status !== "active") {
           return yield* new CredentialChannelInactive({ message: "the channel of this token is inactive" })

@@ -3,6 +3,7 @@ import { Data, Effect, Option, Predicate, Schema } from "effect"
 import type { Actor } from "../auth/Actor.js"
 import { generateCredential, hashCredential } from "../auth/Credential.js"
 import { AuditLog } from "../db/AuditLog.js"
+import { ParentRows } from "../db/ParentRows.js"
 import { orUnavailable } from "../db/SqlFailure.js"
 import { AddressGuard } from "../delivery/AddressGuard.js"
 import { Conflict, NotFound } from "../domain/ApiError.js"
@@ -75,6 +76,7 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
     const sql = yield* SqlClient.SqlClient
     const audit = yield* AuditLog
     const guard = yield* AddressGuard
+    const parents = yield* ParentRows
 
     const findChannel = SqlSchema.findOne({
       Request: Schema.Struct({ tenantId: Schema.String, id: Schema.String, lock: Schema.Boolean }),
@@ -116,12 +118,13 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
     const validate = (input: ChannelInput, base: ChannelBase, creating: boolean) =>
       validateChannel(input, base, creating).pipe(Effect.provideService(AddressGuard, guard))
 
-    /** Creates a channel; its secret is returned here once. */
+    /** Creates a channel; its secret is returned here once. `TenantGone` when the tenant was deleted meanwhile. */
     const create = (tenantId: string, input: ChannelInput, actor: Actor) =>
       Effect.gen(function*() {
         const patch = yield* validate(input, NEW_CHANNEL, true)
         const secret = generateCredential("channelSecret")
         return yield* Effect.gen(function*() {
+          yield* parents.lockTenant(tenantId)
           const row = yield* insertChannel({
             ...columnsOf({ ...NEW_CHANNEL, ...patch }),
             id: crypto.randomUUID(),
@@ -210,5 +213,5 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
 
     return { create, list, get, update, remove, rotateSecret } as const
   }),
-  dependencies: [AuditLog.Default]
+  dependencies: [AuditLog.Default, ParentRows.Default]
 }) {}

@@ -3,6 +3,7 @@ import { Effect, Option, Schema } from "effect"
 import type { Actor } from "../auth/Actor.js"
 import { generateCredential, hashCredential } from "../auth/Credential.js"
 import { AuditLog } from "../db/AuditLog.js"
+import { ParentRows } from "../db/ParentRows.js"
 import { orUnavailable } from "../db/SqlFailure.js"
 import { NotFound } from "../domain/ApiError.js"
 import { Problems } from "../domain/Problems.js"
@@ -61,14 +62,7 @@ export class PublishableKeys extends Effect.Service<PublishableKeys>()("parley/P
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const audit = yield* AuditLog
-
-    const channelExists = SqlSchema.findOne({
-      Request: Schema.Struct({ tenantId: Schema.String, channelId: Schema.String }),
-      Result: Schema.Struct({ id: Schema.String }),
-      // FOR KEY SHARE: the channel cannot be deleted while a key is being added to it.
-      execute: ({ channelId, tenantId }) =>
-        sql`SELECT id FROM channels WHERE tenant_id = ${tenantId} AND id = ${channelId} FOR KEY SHARE`
-    })
+    const parents = yield* ParentRows
 
     const listKeys = SqlSchema.findAll({
       Request: Schema.Struct({ tenantId: Schema.String, channelId: Schema.String }),
@@ -110,13 +104,11 @@ export class PublishableKeys extends Effect.Service<PublishableKeys>()("parley/P
             RETURNING ${sql.literal(KEY_COLUMNS)}`
     })
 
-    const channelNotFound = (id: string) => new NotFound({ message: `channel ${id} not found` })
     const keyNotFound = (id: string) => new NotFound({ message: `publishable key ${id} not found` })
 
+    // Locked: the channel cannot be deleted while a key is being added to it (404 if it went first).
     const requireChannel = (tenantId: string, channelId: string) =>
-      channelExists({ tenantId, channelId }).pipe(
-        Effect.flatMap(Option.match({ onNone: () => Effect.fail(channelNotFound(channelId)), onSome: () => Effect.void }))
-      )
+      Effect.asVoid(parents.lockChannel(tenantId, channelId))
 
     /** Applies column changes to a key of the channel and audits them; 404 when there is no such key. */
     const change = (
@@ -135,7 +127,10 @@ export class PublishableKeys extends Effect.Service<PublishableKeys>()("parley/P
         return updated.value
       })
 
-    /** Issues a key for the channel; the key is returned here once. */
+    /**
+     * Issues a key for the channel; the key is returned here once. `TenantGone` when the tenant was
+     * deleted meanwhile (its row is locked first, in the order a tenant delete takes them).
+     */
     const create = (tenantId: string, channelId: string, input: NewPublishableKeyInput, actor: Actor) =>
       Effect.gen(function*() {
         const problems = new Problems()
@@ -145,6 +140,7 @@ export class PublishableKeys extends Effect.Service<PublishableKeys>()("parley/P
         yield* problems.check()
         const { hash, key, prefix } = freshKey()
         return yield* Effect.gen(function*() {
+          yield* parents.lockTenant(tenantId)
           yield* requireChannel(tenantId, channelId)
           const created = yield* insertKey({
             id: crypto.randomUUID(),
@@ -222,5 +218,5 @@ export class PublishableKeys extends Effect.Service<PublishableKeys>()("parley/P
 
     return { create, list, update, rotate, remove } as const
   }),
-  dependencies: [AuditLog.Default]
+  dependencies: [AuditLog.Default, ParentRows.Default]
 }) {}

@@ -1,5 +1,7 @@
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
+import { ParentRows } from "../db/ParentRows.js"
+import { ChannelInactive } from "../domain/ApiError.js"
 import { Conversation, ConversationChannel, Participant } from "../domain/Conversation.js"
 
 const Row = Schema.Struct({
@@ -61,6 +63,7 @@ export interface ListFilter {
 export class ConversationRepo extends Effect.Service<ConversationRepo>()("parley/ConversationRepo", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
+    const parents = yield* ParentRows
 
     const findRow = SqlSchema.findOne({
       Request: Schema.Struct({ tenantId: Schema.String, id: Schema.String }),
@@ -110,7 +113,10 @@ export class ConversationRepo extends Effect.Service<ConversationRepo>()("parley
         hasMore: rows.length > filter.limit
       }))
 
-    /** Creates a conversation on a channel (its origin); the channel is linked with role `origin`. */
+    /**
+     * Creates a conversation on a channel (its origin); the channel is linked with role `origin`. The
+     * channel must exist (404) and be active (400 `channel_inactive`) when the conversation commits.
+     */
     const create = (input: {
       readonly tenantId: string
       readonly channelId: string
@@ -118,6 +124,10 @@ export class ConversationRepo extends Effect.Service<ConversationRepo>()("parley
       readonly metadata: Record<string, unknown>
     }) =>
       Effect.gen(function*() {
+        const status = yield* parents.lockChannel(input.tenantId, input.channelId)
+        if (status !== "active") {
+          return yield* new ChannelInactive({ message: `channel ${input.channelId} is inactive` })
+        }
         const id = crypto.randomUUID()
         yield* sql`
           INSERT INTO conversations (id, tenant_id, channel_id, origin_channel_id, status, metadata, closed_at)
@@ -161,5 +171,6 @@ export class ConversationRepo extends Effect.Service<ConversationRepo>()("parley
       /** The seq of an activity of the conversation (legacy watermark form). */
       seqOf: (conversationId: string, id: string) => Effect.map(findSeq({ conversationId, id }), Option.map((r) => r.seq))
     } as const
-  })
+  }),
+  dependencies: [ParentRows.Default]
 }) {}

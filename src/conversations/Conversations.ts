@@ -292,7 +292,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
         } satisfies ActivityPage
       })
 
-    /** Creates a conversation on a channel, which becomes its origin. */
+    /** Creates a conversation on a channel, which becomes its origin; the channel must exist (404) and be active (400). */
     const create = (input: Parameters<typeof repo.create>[0]) => repo.create(input).pipe(orUnavailable)
 
     return { get, list, append, storedUnderKey, setStatus, activities, create } as const

@@ -1,7 +1,7 @@
 import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Effect } from "effect"
 import { ApiKeys } from "../tenants/ApiKeys.js"
-import { CurrentCredential } from "./TenantAuth.js"
+import { CurrentCredential, keyGoneWithTenant } from "./TenantAuth.js"
 import { ParleyApi } from "./ParleyApi.js"
 
 /** `/api/v1/manage/api_keys`: the calling key's tenant's scoped keys. */
@@ -18,7 +18,7 @@ export const ApiKeysHandlers = HttpApiBuilder.group(ParleyApi, "apiKeys", (handl
         CurrentCredential.pipe(
           // A key may only hand out scopes it holds itself (Conventions 6).
           Effect.flatMap((credential) =>
-            apiKeys.issue(credential.tenantId, payload.api_key, credential.scopes, credential.actor)
+            apiKeys.issue(credential.tenantId, payload.api_key, credential.scopes, credential.actor).pipe(keyGoneWithTenant)
           ),
           Effect.map(({ apiKey, key }) => ({ data: { ...apiKey, key } }))
         ))

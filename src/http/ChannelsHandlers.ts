@@ -2,7 +2,7 @@ import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Effect, Option } from "effect"
 import { Channels, type IssuedChannelSecret } from "../channels/Channels.js"
 import type { ChannelInput } from "../domain/Channel.js"
-import { CurrentCredential } from "./TenantAuth.js"
+import { CurrentCredential, keyGoneWithTenant } from "./TenantAuth.js"
 import { withETag } from "./ETag.js"
 import { ParleyApi } from "./ParleyApi.js"
 
@@ -32,7 +32,7 @@ export const ChannelsHandlers = HttpApiBuilder.group(ParleyApi, "channels", (han
         ))
       .handle("createChannel", ({ payload }) =>
         CurrentCredential.pipe(
-          Effect.flatMap(({ actor, tenantId }) => channels.create(tenantId, payload.channel, actor)),
+          Effect.flatMap(({ actor, tenantId }) => channels.create(tenantId, payload.channel, actor).pipe(keyGoneWithTenant)),
           Effect.flatMap(withSecret)
         ))
       .handle("getChannel", ({ path }) =>

@@ -3,7 +3,7 @@ import type * as HttpServerError from "@effect/platform/HttpServerError"
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Data, Effect, Schema } from "effect"
-import { ChannelTokens } from "../auth/ChannelTokens.js"
+import { ChannelTokens, invalidChannelToken } from "../auth/ChannelTokens.js"
 import { TokenSigner } from "../auth/TokenSigner.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { Conversations } from "../conversations/Conversations.js"
@@ -115,7 +115,10 @@ export const LegacyRoutes = HttpLayerRouter.addAll(Effect.gen(function*() {
       metadata: body.metadata
     }).pipe(
       // A value the database refuses (a NUL character in the metadata) is a bad body too.
-      Effect.catchTag("BadRequest", () => Effect.fail(new Unauthorized({ message: "invalid body: metadata cannot be stored" })))
+      Effect.catchTag("BadRequest", () => Effect.fail(new Unauthorized({ message: "invalid body: metadata cannot be stored" }))),
+      // The channel was deleted after its token was checked: the 401 of a missing channel
+      // (server-apis.md, "channel not found"). Deactivated meanwhile: 400 channel_inactive, as above.
+      Effect.catchTag("NotFound", () => Effect.fail(invalidChannelToken()))
     )
     return HttpServerResponse.unsafeJson({ data }, { status: 201 })
   })

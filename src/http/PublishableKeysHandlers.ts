@@ -2,7 +2,7 @@ import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Effect } from "effect"
 import { PublishableKeys } from "../channels/PublishableKeys.js"
 import type { PublishableKey } from "../domain/PublishableKey.js"
-import { CurrentCredential } from "./TenantAuth.js"
+import { CurrentCredential, keyGoneWithTenant } from "./TenantAuth.js"
 import { ParleyApi } from "./ParleyApi.js"
 
 const withKey = ({ key, publishableKey }: { readonly publishableKey: PublishableKey; readonly key: string }) => ({
@@ -21,7 +21,9 @@ export const PublishableKeysHandlers = HttpApiBuilder.group(ParleyApi, "publisha
         ))
       .handle("createPublishableKey", ({ path, payload }) =>
         CurrentCredential.pipe(
-          Effect.flatMap(({ actor, tenantId }) => keys.create(tenantId, path.id, payload.publishable_key, actor)),
+          Effect.flatMap(({ actor, tenantId }) =>
+            keys.create(tenantId, path.id, payload.publishable_key, actor).pipe(keyGoneWithTenant)
+          ),
           Effect.map(withKey)
         ))
       .handle("updatePublishableKey", ({ path, payload }) =>

@@ -6,6 +6,7 @@ import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Context, Effect, Layer, Option, Schema } from "effect"
 import { ChannelTokens } from "../auth/ChannelTokens.js"
 import type { Actor } from "../auth/Actor.js"
+import type { TenantGone } from "../db/ParentRows.js"
 import {
   CredentialChannelInactive,
   Forbidden,
@@ -57,6 +58,15 @@ export class ManageAuth extends HttpApiMiddleware.Tag<ManageAuth>()("parley/Mana
   security
 }) {}
 
+const invalidKey = () => new Unauthorized({ message: "invalid, expired or revoked API key" })
+
+/**
+ * A write whose tenant was deleted after its key was checked answers what the key gets now: 401, as
+ * for a request that came after the delete (the key went with its tenant).
+ */
+export const keyGoneWithTenant = <A, E, R>(effect: Effect.Effect<A, E | TenantGone, R>) =>
+  Effect.catchTag(effect, "TenantGone", () => Effect.fail(invalidKey()))
+
 /** The credential an `x-api-key` header value stands for; 401 when it is missing or not valid now. */
 export const credentialForApiKey = (
   keys: ApiKeys,
@@ -66,7 +76,7 @@ export const credentialForApiKey = (
     ? Effect.fail(new Unauthorized({ message: "missing x-api-key" }))
     : Effect.flatMap(keys.authenticate(raw), (key) =>
       Option.isNone(key)
-        ? Effect.fail(new Unauthorized({ message: "invalid, expired or revoked API key" }))
+        ? Effect.fail(invalidKey())
         : Effect.succeed({
           tenantId: key.value.tenantId,
           scopes: key.value.scopes,

@@ -2,7 +2,7 @@ import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Effect, Option } from "effect"
 import type { UserInput } from "../domain/PortalUser.js"
 import { PortalUsers } from "../tenants/PortalUsers.js"
-import { CurrentCredential } from "./TenantAuth.js"
+import { CurrentCredential, keyGoneWithTenant } from "./TenantAuth.js"
 import { withETag } from "./ETag.js"
 import { ParleyApi } from "./ParleyApi.js"
 
@@ -29,7 +29,9 @@ export const UsersHandlers = HttpApiBuilder.group(ParleyApi, "users", (handlers)
         ))
       .handle("createUser", ({ payload }) =>
         CurrentCredential.pipe(
-          Effect.flatMap((credential) => users.create(credential.tenantId, payload.user, credential.actor)),
+          Effect.flatMap((credential) =>
+            users.create(credential.tenantId, payload.user, credential.actor).pipe(keyGoneWithTenant)
+          ),
           Effect.flatMap(withETag)
         ))
       .handle("getUser", ({ path }) =>

@@ -7,6 +7,7 @@ import { generateCredential, hashCredential, hashCredentialHex } from "../auth/C
 import { AuditLog } from "../db/AuditLog.js"
 import { makeBatcher } from "../db/Batcher.js"
 import { prepared } from "../db/PreparedStatements.js"
+import { ParentRows } from "../db/ParentRows.js"
 import { orUnavailable } from "../db/SqlFailure.js"
 import { InsufficientScope, NotFound } from "../domain/ApiError.js"
 import { ApiKey, type ApiKeyInput, type AuthenticatedKey, allScopes, Scope } from "../domain/ApiKey.js"
@@ -34,6 +35,7 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
   scoped: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const audit = yield* AuditLog
+    const parents = yield* ParentRows
 
     const decodeAuthRows = Schema.decodeUnknown(Schema.Array(AuthRow))
 
@@ -153,7 +155,8 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
 
     /**
      * Issues a scoped key. `holderScopes` are the scopes of the key asking (a key may only issue keys
-     * whose scopes it holds: 403 `insufficient_scope`); the admin API passes every scope.
+     * whose scopes it holds: 403 `insufficient_scope`); the admin API passes every scope. `TenantGone`
+     * when the tenant was deleted meanwhile.
      */
     const issue = (tenantId: string, input: ApiKeyInput, holderScopes: ReadonlyArray<Scope>, actor: Actor) =>
       Effect.gen(function*() {
@@ -176,7 +179,10 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
         if (missing.length > 0) {
           return yield* new InsufficientScope({ message: "a key can only issue scopes it holds", required: missing })
         }
-        return yield* create(tenantId, "scoped", name, wanted, expiresAt, actor).pipe(sql.withTransaction)
+        return yield* parents.lockTenant(tenantId).pipe(
+          Effect.zipRight(create(tenantId, "scoped", name, wanted, expiresAt, actor)),
+          sql.withTransaction
+        )
       }).pipe(orUnavailable)
 
     const list = (tenantId: string) =>
@@ -224,5 +230,5 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
 
     return { authenticate, issue, list, get, revoke, create, rotatePrimary } as const
   }),
-  dependencies: [AuditLog.Default]
+  dependencies: [AuditLog.Default, ParentRows.Default]
 }) {}

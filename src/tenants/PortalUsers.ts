@@ -5,6 +5,7 @@ import type { Actor } from "../auth/Actor.js"
 import { hashPassword, passwordViolations } from "../auth/Password.js"
 import { AuditLog } from "../db/AuditLog.js"
 import { isUniqueViolation } from "../db/SqlErrors.js"
+import { ParentRows } from "../db/ParentRows.js"
 import { orUnavailable } from "../db/SqlFailure.js"
 import { NotFound, ValidationFailed } from "../domain/ApiError.js"
 import { PortalUser, type UserInput, UserRole, UserStatus } from "../domain/PortalUser.js"
@@ -82,6 +83,7 @@ export class PortalUsers extends Effect.Service<PortalUsers>()("parley/PortalUse
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const audit = yield* AuditLog
+    const parents = yield* ParentRows
 
     const findUser = SqlSchema.findOne({
       Request: Schema.Struct({ tenantId: Schema.String, id: Schema.String, lock: Schema.Boolean }),
@@ -125,7 +127,10 @@ export class PortalUsers extends Effect.Service<PortalUsers>()("parley/PortalUse
         }))
       )
 
-    /** Creates a user; the password must meet the policy and is stored only as its hash. */
+    /**
+     * Creates a user; the password must meet the policy and is stored only as its hash. `TenantGone`
+     * when the tenant was deleted meanwhile.
+     */
     const create = (tenantId: string, input: UserInput, actor: Actor) =>
       Effect.gen(function*() {
         const problems = new Problems()
@@ -144,6 +149,7 @@ export class PortalUsers extends Effect.Service<PortalUsers>()("parley/PortalUse
           status: patch.status ?? "active"
         }
         return yield* Effect.gen(function*() {
+          yield* parents.lockTenant(tenantId)
           const user = yield* insertUser({ id: crypto.randomUUID(), tenantId, ...fields, passwordHash })
           yield* audit.record(actor, {
             tenantId,
@@ -192,5 +198,5 @@ export class PortalUsers extends Effect.Service<PortalUsers>()("parley/PortalUse
 
     return { create, list, get, update, remove } as const
   }),
-  dependencies: [AuditLog.Default]
+  dependencies: [AuditLog.Default, ParentRows.Default]
 }) {}

@@ -30,6 +30,9 @@ const changedFields = (current: Tenant, patch: TenantPatch): TenantPatch =>
     Object.entries(patch).filter(([field, value]) => !sameJson(current[field as keyof TenantPatch], value))
   ) as TenantPatch
 
+/** 404 for a tenant id that names no tenant. */
+export const tenantNotFound = (id: string) => new NotFound({ message: `tenant ${id} not found` })
+
 /** Tenants: created and changed by the operator (admin API) and, for settings, by the tenant itself. */
 export class Tenants extends Effect.Service<Tenants>()("parley/Tenants", {
   effect: Effect.gen(function*() {
@@ -45,11 +48,9 @@ export class Tenants extends Effect.Service<Tenants>()("parley/Tenants", {
         sql`SELECT ${sql.literal(TENANT_COLUMNS)} FROM tenants WHERE id = ${id} ${sql.literal(lock ? "FOR UPDATE" : "")}`
     })
 
-    const notFound = (id: string) => new NotFound({ message: `tenant ${id} not found` })
-
     const load = (id: string, lock: boolean) =>
       findTenant({ id, lock }).pipe(
-        Effect.flatMap(Option.match({ onNone: () => Effect.fail(notFound(id)), onSome: Effect.succeed }))
+        Effect.flatMap(Option.match({ onNone: () => Effect.fail(tenantNotFound(id)), onSome: Effect.succeed }))
       )
 
     /** Checks every admin-settable field that was sent; `name` is required when creating. */

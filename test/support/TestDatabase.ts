@@ -1,5 +1,5 @@
 import { SqlClient } from "@effect/sql"
-import { Context, Effect, Layer } from "effect"
+import { Context, Effect, Fiber, Layer, Option, Schedule } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -72,3 +72,47 @@ export const holdConversationRow = (conversationId: string) =>
       () => Effect.promise(() => holder.query("ROLLBACK").then(() => holder.end()))
     )
   })
+
+/** How long `commitWhenWaiting` waits for its call to reach the lock: a bound for a stuck test, not a timing. */
+const LOCK_WAIT_BOUND = "50 seconds"
+
+/**
+ * Runs `call` while `statements` (a delete, say) sit uncommitted in a transaction of a connection of
+ * their own, and commits them once `call` waits for one of that transaction's locks. So `call` reads
+ * the rows as they were until it needs a lock, and meets the change there, as a request racing a
+ * concurrent commit does. It watches `pg_locks`, never a clock; a call that ends without waiting
+ * fails the test (it raced nothing). Needs a server: the embedded database has one session.
+ */
+export const commitWhenWaiting = <A, E, R>(
+  statements: ReadonlyArray<readonly [text: string, values: ReadonlyArray<unknown>]>,
+  call: Effect.Effect<A, E, R>
+) =>
+  Effect.flatMap(TestDatabase, ({ url }) =>
+    Effect.scoped(Effect.gen(function*() {
+      const holder = new Pg.Client({ connectionString: url! })
+      const pid = yield* Effect.acquireRelease(
+        Effect.promise(async () => {
+          await holder.connect()
+          await holder.query("BEGIN")
+          for (const [text, values] of statements) await holder.query(text, values as Array<unknown>)
+          const { rows } = await holder.query<{ pid: number }>("SELECT pg_backend_pid() AS pid")
+          return rows[0]!.pid
+        }),
+        // After a commit, ROLLBACK only warns.
+        () => Effect.promise(() => holder.query("ROLLBACK").then(() => holder.end()))
+      )
+      const fiber = yield* Effect.fork(call)
+      const waiting = query<{ n: number }>(
+        "SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted AND $1::int = ANY(pg_blocking_pids(pid))",
+        [pid]
+      ).pipe(Effect.map((rows) => rows[0]!.n > 0))
+      yield* Fiber.poll(fiber).pipe(
+        Effect.filterOrDie(Option.isNone, () => new Error("the call ended without waiting for the transaction's locks")),
+        Effect.zipRight(waiting),
+        Effect.filterOrFail((blocked) => blocked, () => "not waiting yet"),
+        Effect.retry(Schedule.spaced("10 millis").pipe(Schedule.upTo(LOCK_WAIT_BOUND))),
+        Effect.orDieWith(() => new Error("the call never waited for the transaction's locks"))
+      )
+      yield* Effect.promise(() => holder.query("COMMIT"))
+      return yield* Fiber.join(fiber)
+    })))

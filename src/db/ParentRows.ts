@@ -1,0 +1,63 @@
+import { SqlClient, SqlSchema } from "@effect/sql"
+import { Data, Effect, Option, Schema } from "effect"
+import { NotFound } from "../domain/ApiError.js"
+import { ChannelStatus } from "../domain/Channel.js"
+
+/**
+ * The tenant a create was about to write for no longer exists: it was deleted after the request
+ * was authenticated. Internal: each API answers it as it answers a request for a deleted tenant.
+ */
+export class TenantGone extends Data.TaggedError("TenantGone")<{ readonly tenantId: string }> {}
+
+/**
+ * Locks the parent row a create is about to reference, inside the create's transaction, before the
+ * insert. `FOR KEY SHARE` is the lock the insert's foreign-key check would take anyway, taken first
+ * and read: a delete of the parent that commits first leaves no row (the create answers as for a
+ * missing parent, not with a foreign-key failure, a 503 that no retry can cure), and one that comes
+ * later waits until the create has committed. Changes of a row's status take it `FOR UPDATE` first
+ * (`Channels`, `Tenants`), which this lock also waits for and holds off, so a status read here stays
+ * true until the transaction ends.
+ */
+export class ParentRows extends Effect.Service<ParentRows>()("parley/ParentRows", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+
+    const findTenant = SqlSchema.findOne({
+      Request: Schema.String,
+      Result: Schema.Struct({ id: Schema.String }),
+      execute: (id) => sql`SELECT id FROM tenants WHERE id = ${id} FOR KEY SHARE`
+    })
+
+    const findChannel = SqlSchema.findOne({
+      Request: Schema.Struct({ tenantId: Schema.String, channelId: Schema.String }),
+      Result: Schema.Struct({ status: ChannelStatus }),
+      // Only the channel's row: a tenant delete reaches it through the cascade, and also locking the
+      // tenant's row here would take the two locks in the opposite order to that delete (deadlock).
+      execute: ({ channelId, tenantId }) =>
+        sql`SELECT status FROM channels WHERE tenant_id = ${tenantId} AND id = ${channelId} FOR KEY SHARE`
+    })
+
+    /** Locks the tenant's row until the transaction ends; `TenantGone` when there is none. */
+    const lockTenant = (tenantId: string) =>
+      findTenant(tenantId).pipe(
+        Effect.flatMap(Option.match({
+          onNone: () => Effect.fail(new TenantGone({ tenantId })),
+          onSome: () => Effect.void
+        }))
+      )
+
+    /**
+     * Locks the tenant's channel's row until the transaction ends and returns its status; 404 when
+     * the tenant has no such channel.
+     */
+    const lockChannel = (tenantId: string, channelId: string) =>
+      findChannel({ tenantId, channelId }).pipe(
+        Effect.flatMap(Option.match({
+          onNone: () => Effect.fail(new NotFound({ message: `channel ${channelId} not found` })),
+          onSome: ({ status }) => Effect.succeed(status)
+        }))
+      )
+
+    return { lockTenant, lockChannel } as const
+  })
+}) {}
