@@ -246,7 +246,7 @@ layer(TestNodeLive({ RATE_LIMITS: JSON.stringify(RATE_LIMITS) }), {
         { concurrency: 1 }
       )
       expect(decisions.map((d) => d._tag)).toEqual(["Right", "Right", "Left", "Left"])
-    }), { timeout: 60_000 })
+    }), { timeout: 180_000 })
 
   it.effect("a changed tenant override is in force for the next burst after a second", () =>
     Effect.gen(function*() {
