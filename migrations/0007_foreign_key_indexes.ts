@@ -1,5 +1,6 @@
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
+import { dropInvalidIndexes } from "../src/db/InvalidIndexes.js"
 
 /**
  * Deleting a channel, a participant or a portal user makes PostgreSQL find the rows that reference
@@ -10,10 +11,19 @@ import { Effect } from "effect"
  *
  * None of these columns changes on append, so conversation updates stay heap-only (ADR 0006).
  * `IF NOT EXISTS`: a large installation may build them beforehand with `CREATE INDEX CONCURRENTLY`
- * under these names, instead of holding writes to the tables while this migration builds them.
+ * under these names, instead of holding writes to the tables while this migration builds them (one
+ * such build that failed left an invalid index, which is dropped and built here).
  */
 export default Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
+  yield* dropInvalidIndexes([
+    "conversations_channel",
+    "conversations_origin_channel",
+    "conversation_channels_channel",
+    "conversation_channels_participant",
+    "portal_sessions_user",
+    "routing_rules_source_channel"
+  ])
   yield* sql`CREATE INDEX IF NOT EXISTS conversations_channel ON conversations (channel_id)`
   yield* sql`CREATE INDEX IF NOT EXISTS conversations_origin_channel ON conversations (origin_channel_id)`
   yield* sql`CREATE INDEX IF NOT EXISTS conversation_channels_channel ON conversation_channels (channel_id)`

@@ -1,6 +1,7 @@
 import { expect, layer } from "@effect/vitest"
-import { Effect, Schedule } from "effect"
+import { Effect, Exit, Schedule } from "effect"
 import { ConversationPurge } from "../src/conversations/ConversationPurge.js"
+import { dropInvalidIndexes } from "../src/db/InvalidIndexes.js"
 import { pruneAuditLog } from "../src/ops/Housekeeping.js"
 import { insertChannel, insertConversation, tenantApi } from "./support/Fixtures.js"
 import { query } from "./support/TestDatabase.js"
@@ -90,6 +91,24 @@ layer(TestNodeLive({ PURGE_INTERVAL_SECONDS: "3600" }), { excludeTestServices: t
       expect(yield* countOf("deliveries", small)).toBe(0)
       expect(yield* purge.backlog).toBe(0)
     }))
+  it.effect("an index a failed CREATE INDEX CONCURRENTLY left invalid is dropped, so the migration builds it", () =>
+    Effect.gen(function*() {
+      const table = `t_${crypto.randomUUID().replaceAll("-", "")}`
+      yield* query(`CREATE TABLE ${table} (x int)`)
+      yield* query(`INSERT INTO ${table} VALUES (1), (1)`)
+      yield* query(`CREATE INDEX ${table}_valid ON ${table} (x)`)
+      // Duplicates: the build fails and leaves the index behind, invalid.
+      expect(Exit.isFailure(yield* Effect.exit(query(`CREATE UNIQUE INDEX CONCURRENTLY ${table}_x ON ${table} (x)`)))).toBe(true)
+      const indexes = query<{ name: string; valid: boolean }>(
+        `SELECT c.relname AS name, i.indisvalid AS valid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+         WHERE i.indrelid = $1::regclass ORDER BY 1`,
+        [table]
+      )
+      expect(yield* indexes).toEqual([{ name: `${table}_valid`, valid: true }, { name: `${table}_x`, valid: false }])
+      yield* dropInvalidIndexes([`${table}_x`, `${table}_valid`])
+      expect(yield* indexes).toEqual([{ name: `${table}_valid`, valid: true }])
+    }))
+
   it.effect("the audit log keeps AUDIT_RETENTION_DAYS of rows, oldest pruned first in chunks; 0 keeps all", () =>
     Effect.gen(function*() {
       const tenantId = crypto.randomUUID()

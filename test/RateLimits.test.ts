@@ -1,5 +1,5 @@
 import { expect, layer } from "@effect/vitest"
-import { ConfigProvider, Context, Effect, Layer, Schedule } from "effect"
+import { ConfigProvider, Context, Effect, Fiber, FiberId, Layer, Option, Schedule } from "effect"
 import { AppConfig } from "../src/config/AppConfig.js"
 import { DatabaseLive } from "../src/db/Database.js"
 import { Metrics } from "../src/ops/Metrics.js"
@@ -247,6 +247,31 @@ layer(TestNodeLive({ RATE_LIMITS: JSON.stringify(RATE_LIMITS) }), {
       )
       expect(decisions.map((d) => d._tag)).toEqual(["Right", "Right", "Left", "Left"])
     }), { timeout: 180_000 })
+
+  it.scoped("a caller interrupted as its key starts learning the others' count does not hold up the key's later decisions", () =>
+    Effect.gen(function*() {
+      const limiter = yield* RateLimiter
+      const key = crypto.randomUUID()
+      // The interruption (a client gone) reaches the caller at its first clock reading, right where
+      // the slot decides to learn: the next step is the one that marks the slot and starts the read.
+      const realNow = Date.now
+      yield* Effect.addFinalizer(() => Effect.sync(() => (Date.now = realNow)))
+      let target: Fiber.RuntimeFiber<unknown, unknown> | undefined
+      Date.now = () => {
+        const current = Fiber.getCurrentFiber()
+        if (target !== undefined && Option.isSome(current) && current.value === target) {
+          target.unsafeInterruptAsFork(FiberId.none)
+          target = undefined
+        }
+        return realNow()
+      }
+      const first = yield* Effect.fork(limiter.consume("login_account", key, null))
+      target = first
+      yield* Fiber.await(first)
+      Date.now = realNow
+      const next = yield* limiter.consume("login_account", key, null).pipe(Effect.timeout("10 seconds"), Effect.either)
+      expect(next._tag).toBe("Right")
+    }))
 
   it.effect("a changed tenant override is in force for the next burst after a second", () =>
     Effect.gen(function*() {

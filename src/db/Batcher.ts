@@ -1,10 +1,10 @@
 import { Effect, Exit } from "effect"
-import { answerWithin, awaitReply, type Reply, WorkQueue } from "../concurrency/WorkQueue.js"
+import { answerWithin, type Reply, WorkQueue } from "../concurrency/WorkQueue.js"
 
 interface Waiting<K, A, E> {
   readonly key: K
   readonly done: Reply<A, E>
-  /** The caller was answered already (its wait ran out): no batch looks it up any more. */
+  /** The caller was answered already, or interrupted: no batch looks it up any more. */
   answered: boolean
 }
 
@@ -41,18 +41,24 @@ export const makeBatcher = <K, A, E>(options: {
       )
     )
 
+    // Not `awaitReply`: a caller that is interrupted (its client gone) clears its timer and is not looked up.
     return (key: K): Effect.Effect<A, E> =>
-      awaitReply<A, E>((reply) => {
+      Effect.async<A, E>((resume) => {
         const waiting: Waiting<K, A, E> = {
           key,
           answered: false,
           done: (exit) => {
+            if (waiting.answered) return
             clearTimeout(timer)
             waiting.answered = true
-            reply(exit)
+            resume(exit)
           }
         }
         const timer = setTimeout(() => waiting.done(Exit.fail(options.timeout.onTimeout())), options.timeout.ms)
         queue.offer(waiting)
+        return Effect.sync(() => {
+          clearTimeout(timer)
+          waiting.answered = true
+        })
       })
   })

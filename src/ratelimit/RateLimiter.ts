@@ -246,6 +246,19 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
       )
 
     /**
+     * The slot's read of the other nodes' count, started unless one is under way. Marking the slot
+     * and starting the read are one step: a caller interrupted in between would leave every later
+     * decision on the key waiting for a read that never comes, until its window ends.
+     */
+    const learning = (slot: Slot) =>
+      Effect.uninterruptible(Effect.suspend(() => {
+        if (slot.learning !== undefined) return Effect.succeed(slot.learning)
+        const learned = Deferred.unsafeMake<void>(FiberId.none)
+        slot.learning = learned
+        return Effect.as(learn(slot, learned), learned)
+      }))
+
+    /**
      * Counts one event in the window, or fails with the time left in it. A slot the last sync did
      * not read (new to this node, or unused for a while) learns the other nodes' count before
      * deciding, once its window has run for a sync interval: they may have filled the window long
@@ -262,16 +275,11 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
         slots.set(id, slot)
       }
       const joined = slot
-      if (slot.learning === undefined && slot.readAt < lastSyncAt && now - windowStart >= config.rateLimitSyncMs) {
-        const learned = Deferred.unsafeMake<void>(FiberId.none)
-        slot.learning = learned
-        return learn(joined, learned).pipe(
-          Effect.zipRight(Deferred.await(learned)),
+      if (slot.learning !== undefined || (slot.readAt < lastSyncAt && now - windowStart >= config.rateLimitSyncMs)) {
+        return learning(joined).pipe(
+          Effect.flatMap(Deferred.await),
           Effect.zipRight(Effect.suspend(() => decide(joined, window.limit)))
         )
-      }
-      if (slot.learning !== undefined) {
-        return Effect.zipRight(Deferred.await(slot.learning), Effect.suspend(() => decide(joined, window.limit)))
       }
       return decide(slot, window.limit)
     }

@@ -58,15 +58,16 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
         Stream.runForEach(storedBetween(readOf(conversationId), PAGE, last, below), (activity) => publishNext(topic, activity)))
 
     // `last` moves before the publish: a listener that subscribes in between reads the activity
-    // from the table (it is committed) instead of missing it in both places.
+    // from the table (it is committed) instead of missing it in both places. Both are one step: an
+    // upstream interrupted in between (restarted) would leave the seq counted and never sent.
     const publishNext = (topic: Feed, activity: Activity) =>
-      topic.publishing.withPermits(1)(Ref.get(topic.last).pipe(
+      topic.publishing.withPermits(1)(Effect.uninterruptible(Ref.get(topic.last).pipe(
         Effect.flatMap((last) =>
           activity.seq === last + 1
             ? Ref.set(topic.last, activity.seq).pipe(Effect.zipRight(PubSub.publish(topic.pubsub, activity)))
             : Effect.void
         )
-      ))
+      )))
 
     /** Follows the entity's stream; after it ends or fails, catches up from the table and follows again. */
     const upstream = (conversationId: string, topic: Feed) =>
