@@ -2,7 +2,7 @@ import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { createChannel, ISO_MICROS, manage, sha256Hex, storedCounts } from "./support/ManageClient.js"
 import { statusAndCode } from "./support/Envelope.js"
-import { commitWhenWaiting, query, serverUrl } from "./support/TestDatabase.js"
+import { commitWhenWaiting, holdRow, query, serverUrl } from "./support/TestDatabase.js"
 import { createTenant, TestNodeLive } from "./support/TestNode.js"
 
 const keysOf = (channelId: string) => `/channels/${channelId}/publishable_keys`
@@ -165,6 +165,18 @@ layer(TestNodeLive(), { excludeTestServices: true })("management API: publishabl
           expect(statusAndCode(yield* create), table).toEqual(statusAndCode(raced))
           expect(yield* storedCounts(tenant.id), table).toEqual({ ...before, channels: before.channels - 1 })
         }
+      }))
+
+    it.scoped.runIf(serverUrl !== undefined)("listing a channel's keys does not wait behind a write of the channel", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const channel = yield* createChannel(tenant.api_key)
+        yield* createKey(tenant.api_key, channel.id)
+        // A channel update in flight holds the row until it commits; a read needs no lock on it.
+        yield* holdRow("channels", channel.id)
+        const listed = yield* manage(tenant.api_key, "GET", keysOf(channel.id)).pipe(Effect.timeout("5 seconds"))
+        expect(listed.status).toBe(200)
+        expect(listed.body.data.map((k: { name: string }) => k.name)).toEqual(["web"])
       }))
 
     sqlIt("a missing name, a wildcard or any non-origin is 422 and stores nothing", () =>

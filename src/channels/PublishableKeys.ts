@@ -164,7 +164,7 @@ export class PublishableKeys extends Effect.Service<PublishableKeys>()("parley/P
 
     /** The channel's keys, oldest first, without their values. */
     const list = (tenantId: string, channelId: string) =>
-      requireChannel(tenantId, channelId).pipe(Effect.zipRight(listKeys({ tenantId, channelId })), orUnavailable)
+      parents.readChannel(tenantId, channelId).pipe(Effect.zipRight(listKeys({ tenantId, channelId })), orUnavailable)
 
     /** Changes `name`, `allowed_origins` (replaced as a whole) or `status`; only sent fields. */
     const update = (tenantId: string, channelId: string, id: string, input: PublishableKeyInput, actor: Actor) =>

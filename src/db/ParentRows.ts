@@ -29,13 +29,22 @@ export class ParentRows extends Effect.Service<ParentRows>()("parley/ParentRows"
     })
 
     const findChannel = SqlSchema.findOne({
-      Request: Schema.Struct({ tenantId: Schema.String, channelId: Schema.String }),
+      Request: Schema.Struct({ tenantId: Schema.String, channelId: Schema.String, lock: Schema.Boolean }),
       Result: Schema.Struct({ status: ChannelStatus }),
       // Only the channel's row: a tenant delete reaches it through the cascade, and also locking the
       // tenant's row here would take the two locks in the opposite order to that delete (deadlock).
-      execute: ({ channelId, tenantId }) =>
-        sql`SELECT status FROM channels WHERE tenant_id = ${tenantId} AND id = ${channelId} FOR KEY SHARE`
+      execute: ({ channelId, lock, tenantId }) =>
+        sql`SELECT status FROM channels WHERE tenant_id = ${tenantId} AND id = ${channelId}
+            ${sql.literal(lock ? "FOR KEY SHARE" : "")}`
     })
+
+    const channelStatus = (tenantId: string, channelId: string, lock: boolean) =>
+      findChannel({ tenantId, channelId, lock }).pipe(
+        Effect.flatMap(Option.match({
+          onNone: () => Effect.fail(new NotFound({ message: `channel ${channelId} not found` })),
+          onSome: ({ status }) => Effect.succeed(status)
+        }))
+      )
 
     /** Locks the tenant's row until the transaction ends; `TenantGone` when there is none. */
     const lockTenant = (tenantId: string) =>
@@ -50,14 +59,14 @@ export class ParentRows extends Effect.Service<ParentRows>()("parley/ParentRows"
      * Locks the tenant's channel's row until the transaction ends and returns its status; 404 when
      * the tenant has no such channel.
      */
-    const lockChannel = (tenantId: string, channelId: string) =>
-      findChannel({ tenantId, channelId }).pipe(
-        Effect.flatMap(Option.match({
-          onNone: () => Effect.fail(new NotFound({ message: `channel ${channelId} not found` })),
-          onSome: ({ status }) => Effect.succeed(status)
-        }))
-      )
+    const lockChannel = (tenantId: string, channelId: string) => channelStatus(tenantId, channelId, true)
 
-    return { lockTenant, lockChannel } as const
+    /**
+     * The tenant's channel's status as it is now, without a lock: for a read, which neither waits
+     * behind a write of the channel nor marks its row; 404 when the tenant has no such channel.
+     */
+    const readChannel = (tenantId: string, channelId: string) => channelStatus(tenantId, channelId, false)
+
+    return { lockTenant, lockChannel, readChannel } as const
   })
 }) {}

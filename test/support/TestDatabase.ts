@@ -57,21 +57,24 @@ export const query = <Row extends object = Record<string, unknown>>(text: string
   )
 
 /**
- * Holds the conversation's row locked, as a write whose commit is still in flight does, until the
- * scope closes (then rolls back). Needs a server: the embedded database has one session.
+ * Holds the row locked `FOR UPDATE`, as a write whose commit is still in flight does, until the scope
+ * closes (then rolls back). Needs a server: the embedded database has one session.
  */
-export const holdConversationRow = (conversationId: string) =>
+export const holdRow = (table: "conversations" | "channels", id: string) =>
   Effect.flatMap(TestDatabase, ({ url }) => {
     const holder = new Pg.Client({ connectionString: url! })
     return Effect.acquireRelease(
       Effect.promise(async () => {
         await holder.connect()
         await holder.query("BEGIN")
-        await holder.query("SELECT 1 FROM conversations WHERE id = $1 FOR UPDATE", [conversationId])
+        await holder.query(`SELECT 1 FROM ${table} WHERE id = $1 FOR UPDATE`, [id])
       }),
       () => Effect.promise(() => holder.query("ROLLBACK").then(() => holder.end()))
     )
   })
+
+/** Holds the conversation's row locked, as a write of it whose commit is still in flight does. */
+export const holdConversationRow = (conversationId: string) => holdRow("conversations", conversationId)
 
 /** How long `commitWhenWaiting` waits for its call to reach the lock: a bound for a stuck test, not a timing. */
 const LOCK_WAIT_BOUND = "50 seconds"
