@@ -212,6 +212,24 @@ layer(TestNodeLive(), { excludeTestServices: true })("management API: channels",
         expect(yield* storedCounts(tenant.id)).toEqual(before)
       }))
 
+    sqlIt("a create racing the deactivation of its tenant is 401 unauthorized, as the key is after it; nothing stored", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const before = yield* storedCounts(tenant.id)
+        const create = manage(tenant.api_key, "POST", "/channels", { channel: webhook({}) })
+        // As the admin API changes a tenant: its row locked first, then updated.
+        const raced = yield* commitWhenWaiting([
+          ["SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE", [tenant.id]],
+          ["UPDATE tenants SET status = 'inactive' WHERE id = $1", [tenant.id]]
+        ], create)
+        expect(statusAndCode(raced)).toEqual({ status: 401, code: "unauthorized" })
+        expect(statusAndCode(yield* create)).toEqual(statusAndCode(raced))
+        expect(yield* storedCounts(tenant.id)).toEqual(before)
+        // The operator may still act on an inactive tenant.
+        const issued = yield* admin("POST", `/tenants/${tenant.id}/api_keys`, { api_key: { name: "ops", scopes: ["read"] } })
+        expect(issued.status).toBe(201)
+      }))
+
     it.effect("no key is 401 and a key without manage is 403", () =>
       Effect.gen(function*() {
         const tenant = yield* createTenant()

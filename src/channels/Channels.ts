@@ -124,7 +124,7 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
         const patch = yield* validate(input, NEW_CHANNEL, true)
         const secret = generateCredential("channelSecret")
         return yield* Effect.gen(function*() {
-          yield* parents.lockTenant(tenantId)
+          yield* parents.lockTenant(tenantId, actor)
           const row = yield* insertChannel({
             ...columnsOf({ ...NEW_CHANNEL, ...patch }),
             id: crypto.randomUUID(),

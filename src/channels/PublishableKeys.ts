@@ -140,7 +140,7 @@ export class PublishableKeys extends Effect.Service<PublishableKeys>()("parley/P
         yield* problems.check()
         const { hash, key, prefix } = freshKey()
         return yield* Effect.gen(function*() {
-          yield* parents.lockTenant(tenantId)
+          yield* parents.lockTenant(tenantId, actor)
           yield* requireChannel(tenantId, channelId)
           const created = yield* insertKey({
             id: crypto.randomUUID(),

@@ -1,11 +1,13 @@
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Data, Effect, Option, Schema } from "effect"
+import type { Actor } from "../auth/Actor.js"
 import { NotFound } from "../domain/ApiError.js"
 import { ChannelStatus } from "../domain/Channel.js"
 
 /**
- * The tenant a create was about to write for no longer exists: it was deleted after the request
- * was authenticated. Internal: each API answers it as it answers a request for a deleted tenant.
+ * The tenant a create was about to write for no longer exists (deleted after the request was
+ * authenticated), or, for a change made with the tenant's own key, was deactivated meanwhile, which
+ * blocks its keys. Internal: each API answers it as it answers a request for such a tenant.
  */
 export class TenantGone extends Data.TaggedError("TenantGone")<{ readonly tenantId: string }> {}
 
@@ -24,8 +26,8 @@ export class ParentRows extends Effect.Service<ParentRows>()("parley/ParentRows"
 
     const findTenant = SqlSchema.findOne({
       Request: Schema.String,
-      Result: Schema.Struct({ id: Schema.String }),
-      execute: (id) => sql`SELECT id FROM tenants WHERE id = ${id} FOR KEY SHARE`
+      Result: Schema.Struct({ status: Schema.String }),
+      execute: (id) => sql`SELECT status FROM tenants WHERE id = ${id} FOR KEY SHARE`
     })
 
     const findChannel = SqlSchema.findOne({
@@ -46,12 +48,16 @@ export class ParentRows extends Effect.Service<ParentRows>()("parley/ParentRows"
         }))
       )
 
-    /** Locks the tenant's row until the transaction ends; `TenantGone` when there is none. */
-    const lockTenant = (tenantId: string) =>
+    /**
+     * Locks the tenant's row until the transaction ends. `TenantGone` when there is none, or when
+     * `actor` is the tenant's own key and the tenant is inactive (the operator may still act on it).
+     */
+    const lockTenant = (tenantId: string, actor: Actor) =>
       findTenant(tenantId).pipe(
         Effect.flatMap(Option.match({
           onNone: () => Effect.fail(new TenantGone({ tenantId })),
-          onSome: () => Effect.void
+          onSome: ({ status }) =>
+            actor.type === "tenant_api" && status !== "active" ? Effect.fail(new TenantGone({ tenantId })) : Effect.void
         }))
       )
 

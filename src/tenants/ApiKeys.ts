@@ -179,7 +179,7 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
         if (missing.length > 0) {
           return yield* new InsufficientScope({ message: "a key can only issue scopes it holds", required: missing })
         }
-        return yield* parents.lockTenant(tenantId).pipe(
+        return yield* parents.lockTenant(tenantId, actor).pipe(
           Effect.zipRight(create(tenantId, "scoped", name, wanted, expiresAt, actor)),
           sql.withTransaction
         )

@@ -149,7 +149,7 @@ export class PortalUsers extends Effect.Service<PortalUsers>()("parley/PortalUse
           status: patch.status ?? "active"
         }
         return yield* Effect.gen(function*() {
-          yield* parents.lockTenant(tenantId)
+          yield* parents.lockTenant(tenantId, actor)
           const user = yield* insertUser({ id: crypto.randomUUID(), tenantId, ...fields, passwordHash })
           yield* audit.record(actor, {
             tenantId,
