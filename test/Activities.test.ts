@@ -252,6 +252,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
         const del = { type: "messageDelete", sender: "alice", reply_to_id: original.id }
         expect((yield* tenantApi(key, "POST", path, del)).status).toBe(201)
         const deletedAt = (yield* tenantApi(key, "GET", path)).body.data[0].deleted_at
+        expect(deletedAt).toEqual(expect.any(String))
 
         for (const body of [edit, { type: "messageReaction", text: "👍", sender: "bob", reply_to_id: original.id }]) {
           const refused = yield* tenantApi(key, "POST", path, body)

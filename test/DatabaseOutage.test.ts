@@ -153,8 +153,9 @@ describe.skipIf(serverUrl === undefined)("database outage", () => {
       const reply = yield* postText(node.baseUrl, key, conversationId, "sent, then stalled")
       expect(reply.status).toBe(503)
       expect(reply.code).toBe("unavailable")
-      proxy.release()
-      // The statement runs now; the node's next append goes through on a healthy connection.
+      // The statement reaches PostgreSQL now, however the node gave up on its connection.
+      expect(proxy.release()).toBe(true)
+      // The node's next append goes through on a healthy connection.
       const next = yield* postText(node.baseUrl, key, conversationId, "after").pipe(
         Effect.filterOrFail((answer) => answer.status === 201, () => "not yet"),
         Effect.retry(Schedule.spaced("500 millis").pipe(Schedule.upTo("20 seconds"))),

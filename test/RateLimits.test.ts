@@ -1,5 +1,5 @@
 import { expect, layer } from "@effect/vitest"
-import { ConfigProvider, Context, Effect, Fiber, FiberId, Layer, Option, Schedule } from "effect"
+import { ConfigProvider, Context, Effect, Exit, Fiber, FiberId, Layer, Option, Schedule } from "effect"
 import { AppConfig } from "../src/config/AppConfig.js"
 import { DatabaseLive } from "../src/db/Database.js"
 import { Metrics } from "../src/ops/Metrics.js"
@@ -147,17 +147,15 @@ layer(TestNodeLive({ RATE_LIMITS: JSON.stringify(RATE_LIMITS) }), {
       const key = crypto.randomUUID()
       for (let i = 0; i < 3; i++) yield* here.consume("login_account", key, null)
       for (let i = 0; i < 2; i++) yield* there.consume("login_account", key, null)
-      const rows = yield* eventually(
-        query<{ count: string }>(
-          "SELECT count FROM rate_limit_counters WHERE bucket = 'login_account' AND key = $1 ORDER BY count",
-          [key]
-        ),
-        (found) => found.map((r) => Number(r.count)).join() === "2,3"
-      )
+      const counts = query<{ count: string }>(
+        "SELECT count FROM rate_limit_counters WHERE bucket = 'login_account' AND key = $1 ORDER BY count",
+        [key]
+      ).pipe(Effect.map((rows) => rows.map((r) => Number(r.count))))
+      expect(yield* eventually(counts, (found) => found.join() === "2,3")).toEqual([2, 3])
       // Both stored; each node learns the other's count at its next sync.
       yield* Effect.sleep("500 millis")
-      // Written again at every sync they would still read 2 and 3: a repeated sync adds nothing.
-      expect(rows.map((r) => Number(r.count))).toEqual([2, 3])
+      // Several syncs later they still read 2 and 3: a repeated sync adds nothing.
+      expect(yield* counts).toEqual([2, 3])
       expect((yield* Effect.flip(here.consume("login_account", key, null)))._tag).toBe("RateLimited")
       expect((yield* Effect.flip(there.consume("login_account", key, null)))._tag).toBe("RateLimited")
     }))
@@ -267,7 +265,9 @@ layer(TestNodeLive({ RATE_LIMITS: JSON.stringify(RATE_LIMITS) }), {
       }
       const first = yield* Effect.fork(limiter.consume("login_account", key, null))
       target = first
-      yield* Fiber.await(first)
+      // The interruption did reach the caller at that point.
+      expect(Exit.isInterrupted(yield* Fiber.await(first))).toBe(true)
+      expect(target).toBeUndefined()
       Date.now = realNow
       const next = yield* limiter.consume("login_account", key, null).pipe(Effect.timeout("10 seconds"), Effect.either)
       expect(next._tag).toBe("Right")

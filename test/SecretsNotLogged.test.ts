@@ -33,6 +33,8 @@ layer(TestNodeLive({ LOG_LEVEL: "debug" }), { excludeTestServices: true })("logg
           body: { conversation_id: legacy.body.data.id, user_id: "u-1" },
           headers: { "x-channel-token": channel.secret }
         })
+        expect(legacy.status).toBe(201)
+        expect(token.status).toBe(201)
         const posted = yield* tenantApi(tenant.api_key, "POST", `/conversations/${legacy.body.data.id}/activities`, { text: "hi" })
         expect(posted.status).toBe(201)
         yield* tenantApi(tenant.api_key, "GET", "/conversations/not-a-uuid")

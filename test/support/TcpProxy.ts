@@ -23,11 +23,15 @@ export interface TcpProxy {
   readonly loseAnswerTo: (marker: string) => void
   /**
    * The next connection to send bytes containing `marker` holds them, and whatever it sends after,
-   * until `release`: the server gets the statement late, as from a stalled link or backend.
+   * until `release`: the server gets the statement late, as from a stalled link or backend. The
+   * server side stays open meanwhile, even when the client gives up and closes.
    */
   readonly holdFrom: (marker: string) => void
-  /** Delivers what `holdFrom` held, and forwards that connection's bytes again. */
-  readonly release: () => void
+  /**
+   * Delivers what `holdFrom` held, and forwards that connection's bytes again (or, if its client
+   * closed meanwhile, closes the server side shortly after). False when nothing was held.
+   */
+  readonly release: () => boolean
 }
 
 /** Starts a proxy on a free loopback port to `target`; it closes with the scope. */
@@ -54,6 +58,7 @@ export const tcpProxy = (target: { readonly host: string; readonly port: number 
         track(upstream)
         let muted = false
         let held: Array<Buffer> | undefined
+        let clientClosed = false
         /** Writes `chunk` to `to` now, or once the proxy thaws. */
         const pass = (to: Net.Socket, chunk: Buffer) => {
           if (frozen) thawing.add(() => to.write(chunk))
@@ -66,6 +71,7 @@ export const tcpProxy = (target: { readonly host: string; readonly port: number 
             releaseHeld = () => {
               for (const part of held ?? []) upstream.write(part)
               held = undefined
+              if (clientClosed) setTimeout(() => upstream.destroy(), LOST_ANSWER_CLOSE_MS)
             }
           }
           if (held !== undefined) {
@@ -82,7 +88,12 @@ export const tcpProxy = (target: { readonly host: string; readonly port: number 
         upstream.on("data", (chunk: Buffer) => {
           if (!muted) pass(client, chunk)
         })
-        client.on("close", () => upstream.destroy())
+        // What is held still goes to the server on `release`: the statement arrives late, not never.
+        client.on("close", () => {
+          clientClosed = true
+          muted = true
+          if (held === undefined) upstream.destroy()
+        })
         upstream.on("close", () => client.destroy())
       })
       server.listen(0, "127.0.0.1", () => {
@@ -108,8 +119,10 @@ export const tcpProxy = (target: { readonly host: string; readonly port: number 
             holdMarker = text
           },
           release: () => {
-            releaseHeld?.()
+            const delivering = releaseHeld
             releaseHeld = undefined
+            delivering?.()
+            return delivering !== undefined
           }
         }
         resume(Effect.succeed({ proxy, server, sockets }))
