@@ -1,7 +1,7 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { query } from "./support/TestDatabase.js"
-import { tenantApi, tenantWithConversation } from "./support/Fixtures.js"
+import { insertConversation, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { admin, TestNodeLive } from "./support/TestNode.js"
 
 const countActivities = (conversationId: string) =>
@@ -435,6 +435,31 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
           expect(bad.body.error.code).toBe("invalid_watermark")
         }
         expect((yield* tenantApi(key, "GET", `${path}?limit=abc`)).status).toBe(400)
+      }))
+
+    it.effect("GET /conversations pages through every conversation newest first by next_cursor, once each", () =>
+      Effect.gen(function*() {
+        const { channel, conversationId, key, tenant } = yield* tenantWithConversation
+        const others = yield* Effect.forEach([1, 2, 3], () => insertConversation(tenant.id, channel.id))
+        const newestFirst = yield* query<{ id: string }>(
+          "SELECT id FROM conversations WHERE tenant_id = $1 ORDER BY inserted_at DESC, id DESC",
+          [tenant.id]
+        )
+        expect(newestFirst.map((r) => r.id).sort()).toEqual([conversationId, ...others].sort())
+        const seen: Array<string> = []
+        let cursor: string | null = null
+        do {
+          const page: { data: Array<{ id: string }>; meta: { next_cursor: string | null; has_more: boolean } } = (yield* tenantApi(
+            key,
+            "GET",
+            `/conversations?limit=1${cursor === null ? "" : `&cursor=${cursor}`}`
+          )).body
+          expect(page.data).toHaveLength(1)
+          seen.push(page.data[0]!.id)
+          expect(page.meta.has_more).toBe(page.meta.next_cursor !== null)
+          cursor = page.meta.next_cursor
+        } while (cursor !== null && seen.length < 10)
+        expect(seen).toEqual(newestFirst.map((r) => r.id))
       }))
 
     it.effect("GET /conversations pages newest first with a cursor; GET /conversations/:id has channels", () =>
