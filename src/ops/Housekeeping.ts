@@ -27,8 +27,9 @@ export const pruneAuditLog = (retentionDays: number) =>
           RETURNING 1
         )
         SELECT count(*)::int AS n FROM pruned`
-      deleted += row?.n ?? 0
-      if ((row?.n ?? 0) < AUDIT_PRUNE_CHUNK) break
+      const pruned = row?.n ?? 0
+      deleted += pruned
+      if (pruned < AUDIT_PRUNE_CHUNK) break
     }
     return deleted
   })

@@ -1,5 +1,5 @@
 import { SqlClient } from "@effect/sql"
-import { Deferred, Duration, Effect, Exit, FiberId, Option, Schedule, Schema } from "effect"
+import { type Cause, Deferred, Duration, Effect, Exit, FiberId, Option, Schedule, Schema } from "effect"
 import { Counter } from "prom-client"
 import { answerWithin } from "../concurrency/WorkQueue.js"
 import { AppConfig } from "../config/AppConfig.js"
@@ -72,6 +72,21 @@ const SYNC_WRITES_MAX = 5_000
 const SYNC_READS_MAX = 5_000
 /** Most windows one read of the other nodes' counts asks about; reads that decisions wait for are batched. */
 const LEARN_BATCH_MAX = 2_000
+
+/**
+ * Logs one warning when something repeated many times a second starts failing and one line when it
+ * works again, not a line per failure (while the database is away, every attempt fails).
+ */
+const failureLog = (failed: string, recovered: string) => {
+  let failing = false
+  return {
+    failed: (cause: Cause.Cause<unknown>) =>
+      failing ? Effect.void : Effect.zipRight(Effect.sync(() => (failing = true)), Effect.logWarning(failed, cause)),
+    succeeded: Effect.suspend(() =>
+      failing ? Effect.zipRight(Effect.sync(() => (failing = false)), Effect.logInfo(recovered)) : Effect.void
+    )
+  }
+}
 
 /** Slots as the parallel arrays a statement unnests. */
 const windowColumns = (slots: ReadonlyArray<Slot>) => ({
@@ -213,8 +228,7 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
         }),
       timeout: { ms: READ_WAIT_MS, onTimeout: () => "slow" as const }
     })
-    // While the database is away every such read fails: one line when they start failing, one when they work again.
-    let learnFailing = false
+    const learnLog = failureLog("rate limit count could not be read; deciding locally", "rate limit counts can be read again")
 
     /** What the other nodes have counted in the slot's window so far. */
     const learn = (slot: Slot, learned: Deferred.Deferred<void>) =>
@@ -224,15 +238,9 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
           Effect.matchCauseEffect({
             onSuccess: (others) => {
               slot.others = Math.max(slot.others, others)
-              if (!learnFailing) return Effect.void
-              learnFailing = false
-              return Effect.logInfo("rate limit counts can be read again")
+              return learnLog.succeeded
             },
-            onFailure: (cause) => {
-              if (learnFailing) return Effect.void
-              learnFailing = true
-              return Effect.logWarning("rate limit count could not be read; deciding locally", cause)
-            }
+            onFailure: learnLog.failed
           }),
           // Looked at, read or not: a failed read is not tried again before the next sync succeeds.
           Effect.ensuring(Effect.sync(() => {
@@ -359,20 +367,13 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
       )
     })
 
-    // Many syncs a second: while the database is away, one line when syncing stops and one when it is back.
-    let failing = false
+    const syncLog = failureLog("rate limit sync failed; counting locally until it succeeds", "rate limit sync recovered")
     yield* Effect.forkScoped(
       sync.pipe(
         Effect.matchCauseEffect({
-          onFailure: (cause) =>
-            failing ? Effect.void : Effect.zipRight(
-              Effect.sync(() => (failing = true)),
-              Effect.logWarning("rate limit sync failed; counting locally until it succeeds", cause)
-            ),
-          onSuccess: (reachedDatabase) =>
-            failing && reachedDatabase
-              ? Effect.zipRight(Effect.sync(() => (failing = false)), Effect.logInfo("rate limit sync recovered"))
-              : Effect.void
+          onFailure: syncLog.failed,
+          // A sync with nothing to exchange learned nothing about the database.
+          onSuccess: (reachedDatabase) => (reachedDatabase ? syncLog.succeeded : Effect.void)
         }),
         // Twice per interval: another node's count reaches this one through its write and then this
         // node's read, each up to a period late, so what a node knows of the others is at most one
