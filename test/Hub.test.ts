@@ -2,6 +2,7 @@ import { Sharding } from "@effect/cluster"
 import { expect, layer } from "@effect/vitest"
 import { Chunk, Context, Deferred, Effect, Fiber, Layer, Schedule, Stream } from "effect"
 import { ConversationEntity } from "../cluster/ConversationEntity.js"
+import type { Activity } from "../src/domain/Activity.js"
 import { LIVE_BUFFER } from "../src/conversations/SeqFollower.js"
 import { ConversationHub } from "../src/realtime/ConversationHub.js"
 import { tenantApi, tenantWithConversation } from "./support/Fixtures.js"
@@ -15,12 +16,14 @@ interface Upstream {
 }
 
 type ConversationClient = ReturnType<Effect.Effect.Success<typeof ConversationEntity.client>>
+type SubscribeStream = Stream.Stream<Activity, unknown>
 
 /**
- * The node's cluster, except that the first Subscribe stream to a conversation entity stays silent
- * without ending or failing, as a crash re-send that never resumed. Every Subscribe is recorded.
+ * The node's cluster, except that the first Subscribe stream to a conversation entity is what
+ * `first` makes of a real one (`again` subscribes anew with the same payload, as a crash re-send
+ * does). Every Subscribe the hub makes is recorded, with what it delivered.
  */
-const FirstSubscribeSilent = (upstreams: Array<Upstream>) =>
+const FirstSubscribe = (upstreams: Array<Upstream>, first: (again: () => SubscribeStream) => SubscribeStream) =>
   Layer.effect(
     Sharding.Sharding,
     Effect.gen(function*() {
@@ -29,9 +32,8 @@ const FirstSubscribeSilent = (upstreams: Array<Upstream>) =>
       const subscribe = (client: ConversationClient) => (payload: { readonly fromSeq: number }) => {
         const upstream: Upstream = { fromSeq: payload.fromSeq, delivered: [] }
         upstreams.push(upstream)
-        return upstreams.length === 1
-          ? Stream.never
-          : client.Subscribe(payload).pipe(Stream.tap((activity) => Effect.sync(() => upstream.delivered.push(activity.seq))))
+        const again = () => client.Subscribe(payload).pipe(Stream.tap((activity) => Effect.sync(() => upstream.delivered.push(activity.seq))))
+        return upstreams.length === 1 ? first(again) : again()
       }
       return Sharding.Sharding.of({
         ...sharding,
@@ -45,6 +47,13 @@ const FirstSubscribeSilent = (upstreams: Array<Upstream>) =>
             }))
       })
     })
+  )
+
+/** A hub of its own, over a cluster whose first Subscribe stream is `first`'s. */
+const hubWithFirstSubscribe = (upstreams: Array<Upstream>, first: (again: () => SubscribeStream) => SubscribeStream) =>
+  Effect.map(
+    Layer.build(ConversationHub.Default.pipe(Layer.provide(FirstSubscribe(upstreams, first)))),
+    (context) => Context.get(context, ConversationHub)
   )
 
 /** Waits until `done` holds, looking every 100 ms for up to 30 s; then fails naming `what`. */
@@ -134,11 +143,8 @@ layer(TestNodeLive(), { excludeTestServices: true })("node-local hub", (it) => {
   it.effect("an upstream that goes silent is restarted from what the topic published, and live activities flow through the new one", () =>
     Effect.gen(function*() {
       const upstreams: Array<Upstream> = []
-      // A hub of its own, over a cluster whose first Subscribe never delivers anything.
-      const hub = Context.get(
-        yield* Layer.build(ConversationHub.Default.pipe(Layer.provide(FirstSubscribeSilent(upstreams)))),
-        ConversationHub
-      )
+      // The first Subscribe never delivers anything, as a crash re-send that never resumed.
+      const hub = yield* hubWithFirstSubscribe(upstreams, () => Stream.never)
       const { conversationId, key } = yield* tenantWithConversation
       const path = `/conversations/${conversationId}/activities`
       const listener = yield* hub.subscribe(conversationId, 0).pipe(Stream.take(2), Stream.runCollect, Effect.fork)
@@ -155,4 +161,26 @@ layer(TestNodeLive(), { excludeTestServices: true })("node-local hub", (it) => {
       yield* Effect.sleep("5 seconds")
       expect(upstreams.length).toBe(2)
     }).pipe(Effect.scoped), 90_000)
+
+  it.effect("an upstream re-sent from its first fromSeq after a crash is replaced by one from what the topic published", () =>
+    Effect.gen(function*() {
+      const upstreams: Array<Upstream> = []
+      // After two activities the first stream starts again from its own fromSeq, as the re-send of
+      // a Subscribe to the next owner does after its owner crashed.
+      const hub = yield* hubWithFirstSubscribe(upstreams, (again) => Stream.concat(again().pipe(Stream.take(2)), again()))
+      const { conversationId, key } = yield* tenantWithConversation
+      const path = `/conversations/${conversationId}/activities`
+      const listener = yield* hub.subscribe(conversationId, 0).pipe(Stream.take(3), Stream.runCollect, Effect.fork)
+      yield* eventually("the first subscribe", () => upstreams.length === 1)
+      yield* tenantApi(key, "POST", path, { text: "m1" })
+      yield* tenantApi(key, "POST", path, { text: "m2" })
+      yield* eventually("a subscribe from what the topic published", () => upstreams.length >= 2)
+      expect(upstreams.map((upstream) => upstream.fromSeq)).toEqual([0, 2])
+      // The replay went no further than its first activity.
+      expect(upstreams[0]!.delivered).toEqual([1, 2, 1])
+      yield* tenantApi(key, "POST", path, { text: "m3" })
+      const seen = Chunk.toReadonlyArray(yield* Fiber.join(listener).pipe(Effect.timeout("30 seconds")))
+      expect(seen.map((a) => [a.seq, a.text])).toEqual([[1, "m1"], [2, "m2"], [3, "m3"]])
+      expect(upstreams[1]!.delivered).toEqual([3])
+    }).pipe(Effect.scoped), 60_000)
 })

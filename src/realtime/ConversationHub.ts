@@ -1,4 +1,4 @@
-import { Duration, Effect, ExecutionStrategy, Exit, Fiber, PubSub, Ref, Schedule, Scope, Stream } from "effect"
+import { Data, Duration, Effect, ExecutionStrategy, Exit, Fiber, PubSub, Ref, Schedule, Scope, Stream } from "effect"
 import { ConversationEntity } from "../../cluster/ConversationEntity.js"
 import { ActivityStore } from "../conversations/ActivityStore.js"
 import { inSeqOrder, livePubSub, type ReadAfter, storedBetween } from "../conversations/SeqFollower.js"
@@ -6,6 +6,8 @@ import type { Activity } from "../domain/Activity.js"
 import { databaseUnavailable, type Unavailable } from "../domain/ApiError.js"
 
 const PAGE = 500
+
+class UpstreamResent extends Data.TaggedError("UpstreamResent") {}
 /** Upstream pause after the entity stream ended or failed (handoff, crash, timeout). */
 const RESUBSCRIBE_AFTER = Duration.millis(250)
 /**
@@ -76,7 +78,10 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
         Effect.flatMap((fromSeq) =>
           entity(conversationId).Subscribe({ fromSeq }).pipe(
             Stream.runForEach((activity) =>
-              Ref.set(topic.announced, activity.seq).pipe(
+              Ref.modify(topic.announced, (announced) => [activity.seq > announced, Math.max(announced, activity.seq)]).pipe(
+                // A stream's seqs only rise: one that starts again was re-sent after its owner crashed,
+                // from the first call's `fromSeq`. It is left for one from what the topic published.
+                Effect.filterOrFail((rising) => rising, () => new UpstreamResent()),
                 Effect.zipRight(Ref.get(topic.last)),
                 Effect.flatMap((last) =>
                   activity.seq > last + 1
