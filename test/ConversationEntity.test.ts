@@ -134,17 +134,22 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
       expect(rows).toEqual([{ status: "active" }])
     }))
 
-  it.effect("a re-sent draft (same id, as after a crash) returns the stored activity and adds nothing", () =>
+  it.scoped("a re-sent draft (same id, as after a crash) returns the stored activity and adds nothing", () =>
     Effect.gen(function*() {
       const { conversationId, tenant } = yield* tenantWithConversation
       const entity = yield* ConversationEntity.client
       const message = messageDraft("once")
       const first = yield* entity(conversationId).Append({ tenantId: tenant.id, draft: message, deadline: Date.now() + 5000 })
-      // Forget the entity's memory of the head, as a new owner after a crash would have none.
-      yield* query("UPDATE conversations SET head_seq = head_seq WHERE id = $1", [conversationId])
-      const again = yield* entity(conversationId).Append({ tenantId: tenant.id, draft: message, deadline: Date.now() + 5000 })
-      expect(again.id).toBe(first.id)
+      // The cluster re-sends it to a new owner, which has no memory of the conversation: its first
+      // round loads the state and writes the draft without looking, and the write refuses it.
+      const core = yield* secondOwner(conversationId, { on: false })
+      const again = yield* core.append({ tenantId: tenant.id, draft: message, deadline: Date.now() + 5000 })
+      expect(again).toEqual(first)
       expect(yield* storedTexts(conversationId)).toEqual([[1, "once"]])
+      // Nothing moved: the new owner goes on from the stored head.
+      const next = yield* core.append({ tenantId: tenant.id, draft: messageDraft("next"), deadline: Date.now() + 5000 })
+      expect(next.seq).toBe(2)
+      expect(yield* storedTexts(conversationId)).toEqual([[1, "once"], [2, "next"]])
     }))
 
   it.effect("a re-sent draft that arrives past its deadline is answered with the stored activity, not a 503", () =>
