@@ -48,17 +48,3 @@ export const deliver = (
     }
     throw new Error(`message ${key} was never acknowledged`)
   })
-
-/** `count` messages in order from one client to one conversation. */
-export const client = (
-  nodes: () => ReadonlyArray<string>,
-  apiKey: string,
-  conversationId: string,
-  name: string,
-  count: number
-) =>
-  Effect.forEach(
-    Array.from({ length: count }, (_, i) => i),
-    (i) => deliver(nodes, apiKey, conversationId, `${name}-${i}`, i),
-    { concurrency: 1 }
-  )
