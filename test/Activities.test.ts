@@ -1,12 +1,23 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { query } from "./support/TestDatabase.js"
-import { insertConversation, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
-import { admin, TestNodeLive } from "./support/TestNode.js"
+import { expectError, fieldDetails } from "./support/Envelope.js"
+import { insertConversation, storedState, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
+import { admin, request, TestNodeLive } from "./support/TestNode.js"
 
 const countActivities = (conversationId: string) =>
   Effect.map(query<{ n: string }>("SELECT count(*) AS n FROM activities WHERE conversation_id = $1", [conversationId]), (r) =>
     Number(r[0]!.n))
+
+/** A string of exactly `n` bytes of UTF-8: as many `wide` characters as fit, then ASCII. */
+const ofBytes = (n: number, wide: string) => {
+  const count = Math.floor(n / Buffer.byteLength(wide))
+  return wide.repeat(count) + "x".repeat(n - count * Buffer.byteLength(wide))
+}
+
+/** `wrap(s)` with `s` chosen so that its JSON is exactly `n` bytes, mostly of `wide` characters. */
+const jsonOfBytes = <A>(n: number, wrap: (s: string) => A, wide = "€"): A =>
+  wrap(ofBytes(n - Buffer.byteLength(JSON.stringify(wrap(""))), wide))
 
 layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (it) => {
   describe("append", () => {
@@ -91,26 +102,49 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
         expect(yield* countActivities(conversationId)).toBe(2)
       }))
 
-    it.effect("invalid activities are 422 invalid_message per field and store nothing", () =>
+    it.effect("invalid activities are 422 invalid_message per field and store nothing, by key or by channel token", () =>
       Effect.gen(function*() {
-        const { conversationId, key } = yield* tenantWithConversation
+        const { channel, conversationId, key } = yield* tenantWithConversation
         const cases: Array<[unknown, string]> = [
           [{ type: "deliveryReceipt" }, "type"],
           [{ type: "bogus" }, "type"],
+          [{ type: 5 }, "type"],
           [{ text: "x".repeat(65_537) }, "text"],
           [{ type: "messageReaction", text: "x".repeat(65), reply_to_id: crypto.randomUUID() }, "text"],
           [{ attachments: Array.from({ length: 11 }, () => ({ contentType: "image/png" })) }, "attachments"],
           [{ attachments: [{ name: "no type" }] }, "attachments"],
+          [{ attachments: [{ contentType: "" }] }, "attachments"],
           [{ attachments: [{ contentType: "text/plain", content: "x".repeat(4100) }] }, "attachments"],
+          [{ attachments: ["image/png"] }, "attachments"],
+          [{ attachments: { contentType: "image/png" } }, "attachments"],
           [{ metadata: { big: "x".repeat(16_400) } }, "metadata"],
           [{ metadata: [1] }, "metadata"],
+          [{ metadata: "note" }, "metadata"],
           [{ reply_to_id: crypto.randomUUID(), text: "re" }, "reply_to_id"],
+          [{ reply_to_id: "not-a-uuid", text: "re" }, "reply_to_id"],
           [{ type: "messageUpdate", text: "x" }, "reply_to_id"],
-          [{ message_type: "buttons", payload: { buttons: [] } }, "payload"],
+          [{ type: "messageDelete" }, "reply_to_id"],
+          [{ type: "messageReaction", text: "👍" }, "reply_to_id"],
+          // Typed messages: both fields, on `message` only, the name a renderer name, the payload an
+          // object within its limit that passes its schema (one case per documented schema).
+          [{ payload: { text: "no type" } }, "message_type"],
           [{ message_type: "card" }, "payload"],
           [{ type: "event", message_type: "image", payload: { url: "https://x.test/a.png" } }, "message_type"],
+          [{ message_type: "9lives", payload: {} }, "message_type"],
+          [{ message_type: "my_widget", payload: ["x"] }, "payload"],
+          [{ message_type: "my_widget", payload: { blob: "x".repeat(131_073) } }, "payload"],
           [{ message_type: "image", payload: { url: "https://x.test/a.png", seq: 3 } }, "payload"],
+          [{ message_type: "my_widget", payload: { type: "card" } }, "payload"],
+          [{ message_type: "buttons", payload: { buttons: [] } }, "payload"],
+          [{ message_type: "card", payload: { subtitle: "no title" } }, "payload"],
+          [{ message_type: "image", payload: { url: "ftp://x.test/a.png" } }, "payload"],
+          [{ message_type: "location", payload: { latitude: 91, longitude: 0 } }, "payload"],
+          [{ message_type: "tool_call", payload: { arguments: {} } }, "payload"],
+          [{ message_type: "genui", payload: { props: {} } }, "payload"],
+          [{ message_type: "interrupt", payload: { prompt: "" } }, "payload"],
           [{ text: 42 }, "text"],
+          [{ sender: "" }, "sender"],
+          [{ sender: 7 }, "sender"],
           // PostgreSQL stores no U+0000 in text or jsonb: refused per field, never a failed write.
           [{ text: "a\u0000b" }, "text"],
           [{ sender: "bot\u0000" }, "sender"],
@@ -120,13 +154,66 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
           [{ text: "half a pair \ud800" }, "text"],
           [{ metadata: { k: "\udc00 alone" } }, "metadata"]
         ]
-        for (const [body, field] of cases) {
-          const reply = yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, body)
-          expect(reply.status, JSON.stringify(body).slice(0, 80)).toBe(422)
-          expect(reply.body.error.code).toBe("invalid_message")
-          expect(Object.keys(reply.body.error.details)).toContain(field)
+        const before = yield* storedState(conversationId)
+        // x-api-key takes the lean append route, x-channel-token the router (ADR 0006): same answers.
+        for (const auth of [{ "x-api-key": key }, { "x-channel-token": channel.secret }]) {
+          for (const [i, [body, field]] of cases.entries()) {
+            const reply = yield* request("POST", `/api/v1/conversations/${conversationId}/activities`, {
+              body,
+              headers: { ...auth, "x-idempotency-key": `refused-${i}` }
+            })
+            expectError(reply, 422, "invalid_message", fieldDetails(field), JSON.stringify(body).slice(0, 80))
+          }
         }
-        expect(yield* countActivities(conversationId)).toBe(0)
+        expect(yield* storedState(conversationId)).toEqual(before)
+        // A refused append took no idempotency key: the key stores a new activity.
+        const fresh = yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, { text: "ok" }, {
+          "x-idempotency-key": "refused-0"
+        })
+        expect(fresh.status).toBe(201)
+        expect(fresh.body.data).toMatchObject({ seq: 1, text: "ok" })
+      }))
+
+    it.effect("byte limits hold to the byte in multi-byte characters: at the limit stored, one byte over refused, nothing stored", () =>
+      Effect.gen(function*() {
+        const { conversationId, key } = yield* tenantWithConversation
+        const post = (body: Record<string, unknown>) => tenantApi(key, "POST", `/conversations/${conversationId}/activities`, body)
+        const target = (yield* post({ text: "react to me" })).body.data.id
+        const attachment = (n: number) => jsonOfBytes(n, (s) => ({ contentType: "text/plain", content: s }), "é")
+        // Each value is mostly multi-byte: counted in characters (or in UTF-16 units) the one over
+        // would pass; counted with escapes (\u20ac) the one at the limit would not.
+        const limits: Array<[string, Record<string, unknown>, Record<string, unknown>]> = [
+          ["text", { text: ofBytes(65_536, "😀") }, { text: ofBytes(65_537, "😀") }],
+          [
+            "text",
+            { type: "messageReaction", reply_to_id: target, text: ofBytes(64, "😀") },
+            { type: "messageReaction", reply_to_id: target, text: ofBytes(65, "😀") }
+          ],
+          [
+            "attachments",
+            { attachments: Array.from({ length: 10 }, () => attachment(4_096)) },
+            { attachments: Array.from({ length: 11 }, () => ({ contentType: "image/png" })) }
+          ],
+          ["attachments", { attachments: [attachment(4_096)] }, { attachments: [attachment(4_097)] }],
+          ["metadata", { metadata: jsonOfBytes(16_384, (s) => ({ note: s })) }, { metadata: jsonOfBytes(16_385, (s) => ({ note: s })) }],
+          [
+            "payload",
+            { message_type: "my_widget", payload: jsonOfBytes(131_072, (s) => ({ blob: s })) },
+            { message_type: "my_widget", payload: jsonOfBytes(131_073, (s) => ({ blob: s })) }
+          ]
+        ]
+        for (const [field, atLimit, over] of limits) {
+          const stored = yield* post(atLimit)
+          expect(stored.status, `${field} at the limit`).toBe(201)
+          expect(stored.body.data[field]).toEqual(atLimit[field])
+          const before = yield* storedState(conversationId)
+          expectError(yield* post(over), 422, "invalid_message", fieldDetails(field), `${field} one byte over`)
+          expect(yield* storedState(conversationId)).toEqual(before)
+        }
+        // An attachment is measured as stored (README): keys that are dropped do not count.
+        const padded = yield* post({ attachments: [{ ...attachment(4_096), dropped: "x".repeat(1_000) }] })
+        expect(padded.status).toBe(201)
+        expect(padded.body.data.attachments).toEqual([attachment(4_096)])
       }))
 
     it.effect("a typed payload's problems read one per field, without the value sent", () =>
@@ -145,8 +232,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
         ]
         for (const [body, messages] of cases) {
           const reply = yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, body)
-          expect(reply.status).toBe(422)
-          expect(reply.body.error.details.payload).toEqual(messages)
+          expectError(reply, 422, "invalid_message", { payload: messages })
         }
         expect(yield* countActivities(conversationId)).toBe(0)
       }))
@@ -172,9 +258,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
           ]
         ]
         for (const [body, field, message] of refused) {
-          const reply = yield* post(body)
-          expect(reply.status).toBe(422)
-          expect(reply.body.error.details[field]).toEqual([message])
+          expectError(yield* post(body), 422, "invalid_message", { [field]: [message] })
         }
         expect(yield* countActivities(conversationId)).toBe(accepted.length)
       }))

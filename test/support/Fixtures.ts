@@ -70,3 +70,22 @@ export const storedTexts = (conversationId: string) =>
     query<{ seq: string; text: string }>("SELECT seq, text FROM activities WHERE conversation_id = $1 ORDER BY seq", [conversationId]),
     (rows) => rows.map((r) => [Number(r.seq), r.text] as const)
   )
+
+/**
+ * Everything a request can write for a conversation: its row (status, head, times), how many
+ * activities and delivery rows it has, and each activity's edit and delete marks. Equal before and
+ * after a refused request, it proves that the request stored nothing.
+ */
+export const storedState = (conversationId: string) =>
+  Effect.map(
+    query(
+      `SELECT c.status, c.head_seq::int AS head_seq, c.closed_at, c.updated_at,
+              (SELECT count(*)::int FROM activities a WHERE a.conversation_id = c.id) AS activities,
+              (SELECT count(*)::int FROM deliveries d WHERE d.conversation_id = c.id) AS deliveries,
+              (SELECT coalesce(json_agg(json_build_array(a.seq, a.edited_at, a.deleted_at) ORDER BY a.seq), '[]')
+                 FROM activities a WHERE a.conversation_id = c.id) AS marks
+         FROM conversations c WHERE c.id = $1`,
+      [conversationId]
+    ),
+    (rows) => rows[0]
+  )
