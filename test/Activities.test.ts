@@ -300,9 +300,21 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
         const { conversationId, key } = yield* tenantWithConversation
         const path = `/conversations/${conversationId}/activities`
         const original = (yield* tenantApi(key, "POST", path, { text: "v1", sender: "alice" })).body.data
-        const foreign = yield* tenantApi(key, "POST", path, { type: "messageUpdate", text: "v2", sender: "bob", reply_to_id: original.id })
-        expect(foreign.status).toBe(422)
-        expect(foreign.body.error.details.reply_to_id).toBeDefined()
+        /** Each body is refused 422 on `reply_to_id` with `problem`, and nothing is stored or marked. */
+        const expectRefused = (bodies: ReadonlyArray<Record<string, unknown>>, problem: string) =>
+          Effect.gen(function*() {
+            const before = yield* storedState(conversationId)
+            for (const body of bodies) {
+              const reply = yield* tenantApi(key, "POST", path, body)
+              expectError(reply, 422, "invalid_message", { reply_to_id: [problem] }, JSON.stringify(body))
+            }
+            expect(yield* storedState(conversationId)).toEqual(before)
+          })
+        // Someone else's message: neither edited nor deleted, and its marks stay unset.
+        yield* expectRefused([
+          { type: "messageUpdate", text: "v2", sender: "bob", reply_to_id: original.id },
+          { type: "messageDelete", sender: "bob", reply_to_id: original.id }
+        ], "cannot edit or delete someone else's message")
         const edit = yield* tenantApi(key, "POST", path, { type: "messageUpdate", text: "v2", sender: "alice", reply_to_id: original.id })
         expect(edit.status).toBe(201)
         const del = yield* tenantApi(key, "POST", path, { type: "messageDelete", sender: "alice", reply_to_id: original.id })
@@ -314,14 +326,16 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
         expect(target.text).toBe("v1")
         // Only messages are edited or deleted: an event, a reaction or the edit itself is not one.
         const event = (yield* tenantApi(key, "POST", path, { type: "event", sender: "alice", metadata: { e: 1 } })).body.data
-        for (const targetId of [event.id, edit.body.data.id]) {
-          for (const type of ["messageUpdate", "messageDelete"]) {
-            const refused = yield* tenantApi(key, "POST", path, { type, text: "x", sender: "alice", reply_to_id: targetId })
-            expect(refused.status).toBe(422)
-            expect(refused.body.error.details.reply_to_id).toEqual(["only a message can be edited or deleted"])
-          }
-        }
-        expect((yield* tenantApi(key, "GET", path)).body.data).toHaveLength(4)
+        const other = (yield* tenantApi(key, "POST", path, { text: "kept", sender: "bob" })).body.data
+        const reaction = (yield* tenantApi(key, "POST", path, { type: "messageReaction", text: "👍", sender: "alice", reply_to_id: other.id }))
+          .body.data
+        yield* expectRefused(
+          [event.id, reaction.id, edit.body.data.id].flatMap((targetId) =>
+            ["messageUpdate", "messageDelete"].map((type) => ({ type, text: "x", sender: "alice", reply_to_id: targetId }))
+          ),
+          "only a message can be edited or deleted"
+        )
+        expect((yield* tenantApi(key, "GET", path)).body.data).toHaveLength(6)
       }))
 
     it.effect("a deleted message is not edited or reacted to; replies, a repeated delete and retries still work", () =>
@@ -338,14 +352,14 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
         const deletedAt = (yield* tenantApi(key, "GET", path)).body.data[0].deleted_at
         expect(deletedAt).toEqual(expect.any(String))
 
+        const before = yield* storedState(conversationId)
         for (const body of [edit, { type: "messageReaction", text: "👍", sender: "bob", reply_to_id: original.id }]) {
-          const refused = yield* tenantApi(key, "POST", path, body)
-          expect(refused.status, body.type).toBe(422)
-          expect(refused.body.error).toMatchObject({
-            code: "invalid_message",
-            details: { reply_to_id: ["the message is deleted: it cannot be edited or reacted to"] }
-          })
+          expectError(yield* tenantApi(key, "POST", path, body), 422, "invalid_message", {
+            reply_to_id: ["the message is deleted: it cannot be edited or reacted to"]
+          }, body.type)
         }
+        // Not stored, and the first edit time stays.
+        expect(yield* storedState(conversationId)).toEqual(before)
         // The edit accepted before the deletion is what its retry gets, not a refusal.
         const retry = yield* tenantApi(key, "POST", path, edit, retried)
         expect(retry.status).toBe(201)
