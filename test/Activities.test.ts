@@ -371,18 +371,6 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
         expect(listed.map((a: { type: string }) => a.type)).toEqual(["message", "messageUpdate", "messageDelete", "message", "messageDelete"])
         expect(listed[0].deleted_at).toBe(deletedAt)
       }))
-
-    it.effect("an unknown or foreign conversation is 404", () =>
-      Effect.gen(function*() {
-        const { key } = yield* tenantWithConversation
-        const other = yield* tenantWithConversation
-        const foreign = yield* tenantApi(key, "POST", `/conversations/${other.conversationId}/activities`, { text: "x" })
-        expect(foreign.status).toBe(404)
-        expect(foreign.body.error.code).toBe("not_found")
-        expect(yield* countActivities(other.conversationId)).toBe(0)
-        const unknown = yield* tenantApi(key, "POST", `/conversations/${crypto.randomUUID()}/activities`, { text: "x" })
-        expect(unknown.status).toBe(404)
-      }))
   })
 
   describe("bad references", () => {
@@ -401,7 +389,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
           text: "private",
           sender: "vip"
         })).body.data
-        const unknownTarget = { status: 422, details: { reply_to_id: ["is not an activity of this conversation"] } }
+        const before = [yield* storedState(conversationId), yield* storedState(other.conversationId)]
         for (const [path, body] of [
           [`/conversations/${conversationId}/activities`, { type: "messageUpdate", sender: "vip", reply_to_id: theirs.id }],
           [`/conversations/${other.conversationId}/activities`, { type: "messageUpdate", sender: "guess", reply_to_id: theirs.id }],
@@ -409,43 +397,61 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
           [`/conversations/${crypto.randomUUID()}/activities`, { type: "messageUpdate", sender: "vip", reply_to_id: theirs.id }],
           [`/conversations/${crypto.randomUUID()}/activities`, { type: "messageUpdate", sender: "vip", reply_to_id: crypto.randomUUID() }]
         ] as const) {
-          const reply = yield* tenantApi(key, "POST", path, body)
-          expect({ status: reply.status, details: reply.body.error.details }).toEqual(unknownTarget)
+          expectError(yield* tenantApi(key, "POST", path, body), 422, "invalid_message", {
+            reply_to_id: ["is not an activity of this conversation"]
+          }, path)
         }
-        expect(yield* countActivities(conversationId)).toBe(3)
-        expect(yield* countActivities(other.conversationId)).toBe(1)
+        // Neither conversation stored anything, and their messages carry no edit mark.
+        expect([yield* storedState(conversationId), yield* storedState(other.conversationId)]).toEqual(before)
+        expect(before.map((state) => state?.["activities"])).toEqual([3, 1])
       }))
 
-    it.effect("unknown conversations are 404 on every route; a reply into another conversation is 422", () =>
+    it.effect("an unknown or another tenant's conversation is 404 on every route and nothing of it changes; a malformed id 400", () =>
+      Effect.gen(function*() {
+        const { key } = yield* tenantWithConversation
+        const other = yield* tenantWithConversation
+        // Another tenant's conversations in both states: a close or a reopen must move neither.
+        const closedElsewhere = yield* insertConversation(other.tenant.id, other.channel.id)
+        expect((yield* tenantApi(other.key, "POST", `/conversations/${closedElsewhere}/close`)).status).toBe(200)
+        const routes = (id: string) =>
+          [
+            ["GET", `/conversations/${id}`],
+            ["POST", `/conversations/${id}/close`],
+            ["POST", `/conversations/${id}/reopen`],
+            ["GET", `/conversations/${id}/activities`],
+            ["POST", `/conversations/${id}/activities`, { text: "x" }]
+          ] as const
+        const foreign = [other.conversationId, closedElsewhere]
+        const before = yield* Effect.forEach(foreign, storedState)
+        for (const id of [crypto.randomUUID(), ...foreign]) {
+          for (const [method, path, body] of routes(id)) {
+            expectError(yield* tenantApi(key, method, path, body), 404, "not_found", null, `${method} ${path}`)
+          }
+        }
+        for (const [method, path, body] of routes("not-a-uuid")) {
+          expectError(yield* tenantApi(key, method, path, body), 400, "bad_request", null, `${method} ${path}`)
+        }
+        expect(yield* Effect.forEach(foreign, storedState)).toEqual(before)
+      }))
+
+    it.effect("a reply into another conversation is 422; an idempotency key outside 1 to 255 characters is 400; nothing stored", () =>
       Effect.gen(function*() {
         const { conversationId, key } = yield* tenantWithConversation
-        const unknown = crypto.randomUUID()
-        for (const [method, path] of [
-          ["GET", `/conversations/${unknown}`],
-          ["POST", `/conversations/${unknown}/close`],
-          ["POST", `/conversations/${unknown}/reopen`],
-          ["GET", `/conversations/${unknown}/activities`]
-        ] as const) {
-          const reply = yield* tenantApi(key, method, path)
-          expect(reply.status, path).toBe(404)
-          expect(reply.body.error.code).toBe("not_found")
-        }
-        expect((yield* tenantApi(key, "GET", "/conversations/not-a-uuid")).status).toBe(400)
         const other = yield* tenantWithConversation
         const elsewhere = (yield* tenantApi(other.key, "POST", `/conversations/${other.conversationId}/activities`, { text: "x" }))
           .body.data
-        const reply = yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, {
-          text: "re",
-          reply_to_id: elsewhere.id
+        const before = yield* storedState(conversationId)
+        const path = `/conversations/${conversationId}/activities`
+        expectError(yield* tenantApi(key, "POST", path, { text: "re", reply_to_id: elsewhere.id }), 422, "invalid_message", {
+          reply_to_id: ["is not an activity of this conversation"]
         })
-        expect(reply.status).toBe(422)
-        expect(reply.body.error.details.reply_to_id).toBeDefined()
-        const longKey = yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, { text: "k" }, {
-          "x-idempotency-key": "k".repeat(256)
-        })
-        expect(longKey.status).toBe(400)
-        expect(longKey.body.error.code).toBe("bad_request")
-        expect(yield* countActivities(conversationId)).toBe(0)
+        for (const idempotencyKey of ["k".repeat(256), ""]) {
+          const reply = yield* tenantApi(key, "POST", path, { text: "k" }, { "x-idempotency-key": idempotencyKey })
+          expectError(reply, 400, "bad_request", null, `key of ${idempotencyKey.length}`)
+        }
+        expect(yield* storedState(conversationId)).toEqual(before)
+        expect(before?.["activities"]).toBe(0)
+        expect((yield* tenantApi(key, "POST", path, { text: "k" }, { "x-idempotency-key": "k".repeat(255) })).status).toBe(201)
       }))
 
     it.effect("read, write and scope: a read-only key cannot post, a write-only key cannot list", () =>
@@ -455,11 +461,18 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
           Effect.map(admin("POST", `/tenants/${tenant.id}/api_keys`, { api_key: { name: "k", scopes } }), (r) => r.body.data.key as string)
         const reader = yield* issue(["read"])
         const writer = yield* issue(["write"])
-        const post = yield* tenantApi(reader, "POST", `/conversations/${conversationId}/activities`, { text: "no" })
-        expect(post.status).toBe(403)
-        expect(post.body.error).toMatchObject({ code: "insufficient_scope", details: { required: ["write"] } })
-        const list = yield* tenantApi(writer, "GET", `/conversations/${conversationId}/activities`)
-        expect(list.body.error).toMatchObject({ code: "insufficient_scope", details: { required: ["read"] } })
+        const before = yield* storedState(conversationId)
+        for (const [method, path, body] of [
+          ["POST", `/conversations/${conversationId}/activities`, { text: "no" }],
+          ["POST", `/conversations/${conversationId}/close`],
+          ["POST", `/conversations/${conversationId}/reopen`]
+        ] as const) {
+          expectError(yield* tenantApi(reader, method, path, body), 403, "insufficient_scope", { required: ["write"] }, path)
+        }
+        expect(yield* storedState(conversationId)).toEqual(before)
+        for (const path of [`/conversations/${conversationId}`, `/conversations/${conversationId}/activities`, "/conversations"]) {
+          expectError(yield* tenantApi(writer, "GET", path), 403, "insufficient_scope", { required: ["read"] }, path)
+        }
         expect((yield* tenantApi(writer, "POST", `/conversations/${conversationId}/activities`, { text: "yes" })).status).toBe(201)
         expect(yield* countActivities(conversationId)).toBe(1)
       }))
@@ -475,9 +488,17 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
         expect(closed.body.data).toMatchObject({ id: conversationId, status: "closed", participant: null })
         const again = yield* tenantApi(key, "POST", `/conversations/${conversationId}/close`)
         expect(again.status).toBe(200)
-        const refused = yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, { text: "late" })
-        expect(refused.status).toBe(409)
-        expect(refused.body.error.code).toBe("conversation_closed")
+        const closedState = yield* storedState(conversationId)
+        for (const body of [{ text: "late" }, { type: "event", metadata: { e: 1 } }]) {
+          expectError(
+            yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, body),
+            409,
+            "conversation_closed",
+            null,
+            JSON.stringify(body)
+          )
+        }
+        expect(yield* storedState(conversationId)).toEqual(closedState)
         const listed = (yield* tenantApi(key, "GET", `/conversations/${conversationId}/activities`)).body
         expect(listed.data.map((a: { seq: number }) => a.seq)).toEqual([1, 2])
         expect(listed.data[1]).toMatchObject({
