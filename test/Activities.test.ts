@@ -517,8 +517,10 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
   describe("listing", () => {
     it.effect("pages by watermark in every accepted form; an empty page echoes the position", () =>
       Effect.gen(function*() {
-        const { conversationId, key } = yield* tenantWithConversation
+        const { channel, conversationId, key, tenant } = yield* tenantWithConversation
         const path = `/conversations/${conversationId}/activities`
+        const sibling = yield* insertConversation(tenant.id, channel.id)
+        const elsewhere: string = (yield* tenantApi(key, "POST", `/conversations/${sibling}/activities`, { text: "there" })).body.data.id
         const ids: Array<string> = []
         for (let i = 0; i < 5; i++) ids.push((yield* tenantApi(key, "POST", path, { text: `m${i}` })).body.data.id)
         const page1 = (yield* tenantApi(key, "GET", `${path}?limit=2`)).body
@@ -539,8 +541,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
         expect((yield* tenantApi(key, "GET", `${path}?watermark=3`)).headers.get("deprecation")).toBeNull()
         // A use of the opaque form is marked when the position it names is refused too; garbage is not a use.
         const foreign = yield* tenantApi(key, "GET", `${path}?watermark=${Buffer.from(crypto.randomUUID()).toString("base64url")}`)
-        expect(foreign.status).toBe(400)
-        expect(foreign.body.error.code).toBe("invalid_watermark")
+        expectError(foreign, 400, "invalid_watermark")
         expect(foreign.headers.get("deprecation")).toMatch(/^@\d+$/)
         expect((yield* tenantApi(key, "GET", `${path}?watermark=%25%25%25`)).headers.get("deprecation")).toBeNull()
         const empty = (yield* tenantApi(key, "GET", `${path}?watermark=5`)).body
@@ -548,12 +549,25 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
         // Any exact integer is a position; past 2^53 - 1 a seq can no longer be told apart.
         const largest = (yield* tenantApi(key, "GET", `${path}?watermark=9007199254740991`)).body
         expect(largest.meta.watermark).toBe(9007199254740991)
-        for (const watermark of ["%%%", "9007199254740992", Buffer.from("seq:9007199254740992").toString("base64url")]) {
-          const bad = yield* tenantApi(key, "GET", `${path}?watermark=${watermark}`)
-          expect(bad.status, watermark).toBe(400)
-          expect(bad.body.error.code).toBe("invalid_watermark")
+        for (
+          const watermark of [
+            "%%%",
+            "-1",
+            "1.5",
+            "",
+            "9007199254740992",
+            Buffer.from("seq:9007199254740992").toString("base64url"),
+            Buffer.from("seq:x").toString("base64url"),
+            // The legacy form of another conversation's activity names no position here.
+            Buffer.from(elsewhere).toString("base64")
+          ]
+        ) {
+          expectError(yield* tenantApi(key, "GET", `${path}?watermark=${encodeURIComponent(watermark)}`), 400, "invalid_watermark", null, watermark)
         }
-        expect((yield* tenantApi(key, "GET", `${path}?limit=abc`)).status).toBe(400)
+        for (const limit of ["abc", "0", "-5", "1.5", ""]) {
+          expectError(yield* tenantApi(key, "GET", `${path}?limit=${limit}`), 400, "bad_request", null, `limit=${limit}`)
+        }
+        expect((yield* tenantApi(key, "GET", `${path}?limit=5000`)).body.meta.limit).toBe(1000)
       }))
 
     it.effect("GET /conversations pages through every conversation newest first by next_cursor, once each", () =>
@@ -591,18 +605,27 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
         const got = (yield* tenantApi(key, "GET", `/conversations/${conversationId}`)).body.data
         expect(got).toMatchObject({ id: conversationId, tenant_id: tenant.id, channel_id: channel.id, origin_channel_id: channel.id })
         expect(got.channels).toEqual([{ channel_id: channel.id, role: "origin", participant_id: null, inserted_at: expect.any(String) }])
-        expect((yield* tenantApi(key, "GET", "/conversations?cursor=nope")).status).toBe(400)
-        expect((yield* tenantApi(key, "GET", "/conversations?channel_id=nope")).status).toBe(400)
-        // Bad input is 400, never a 503 that invites retries: a date that does not exist, a NUL.
-        for (const at of ["2026-02-30T00:00:00Z", "2026-01-01T24:00:00Z", "0000-01-01T00:00:00Z"]) {
-          const cursor = Buffer.from(JSON.stringify([at, conversationId])).toString("base64url")
-          const reply = yield* tenantApi(key, "GET", `/conversations?cursor=${cursor}`)
-          expect(reply.status, at).toBe(400)
-          expect(reply.body.error.code).toBe("bad_request")
+        const cursorOf = (value: unknown) => Buffer.from(JSON.stringify(value)).toString("base64url")
+        for (
+          const query of [
+            "cursor=nope",
+            `cursor=${cursorOf([conversationId])}`,
+            `cursor=${cursorOf(["2026-01-01T00:00:00Z", "not-a-uuid"])}`,
+            // Bad input is 400, never a 503 that invites retries: a date that does not exist, a NUL.
+            ...["2026-02-30T00:00:00Z", "2026-01-01T24:00:00Z", "0000-01-01T00:00:00Z"].map((at) =>
+              `cursor=${cursorOf([at, conversationId])}`
+            ),
+            "channel_id=nope",
+            "status=open",
+            "status=",
+            "limit=0",
+            "limit=-1",
+            "limit=abc",
+            "external_id=%00abc"
+          ]
+        ) {
+          expectError(yield* tenantApi(key, "GET", `/conversations?${query}`), 400, "bad_request", null, query)
         }
-        const nul = yield* tenantApi(key, "GET", "/conversations?external_id=%00abc")
-        expect(nul.status).toBe(400)
-        expect(nul.body.error.code).toBe("bad_request")
         const huge = yield* tenantApi(key, "GET", "/conversations?limit=1234567890")
         expect(huge.status).toBe(200)
         expect(huge.body.meta.limit).toBe(500)
