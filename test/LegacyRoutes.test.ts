@@ -2,9 +2,9 @@ import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { TokenSigner } from "../src/auth/TokenSigner.js"
 import { MAX_JSON_BODY_BYTES } from "../src/http/EdgeRules.js"
-import { insertChannel, insertConversation, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
+import { insertChannel, insertConversation, storedState, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { rawRequest } from "./support/RawHttp.js"
-import { statusAndCode } from "./support/Envelope.js"
+import { expectError, statusAndCode } from "./support/Envelope.js"
 import { commitWhenWaiting, query, serverUrl } from "./support/TestDatabase.js"
 import { admin, createTenant, type Reply, request, TestNode, TestNodeLive } from "./support/TestNode.js"
 import { TestSigner } from "./support/TestSigner.js"
@@ -29,11 +29,6 @@ const post = (
 const raw = (options: Parameters<typeof rawRequest>[1]) =>
   Effect.flatMap(TestNode, ({ baseUrl }) => rawRequest(baseUrl, options))
 
-const expectError = (reply: Reply, status: number, code: string) => {
-  expect({ status: reply.status, code: reply.body?.error?.code }).toEqual({ status, code })
-  expect(reply.body.error).toMatchObject({ message: expect.any(String), request_id: expect.any(String) })
-}
-
 const expectDeprecated = (reply: Reply) => {
   expect(reply.headers.get("deprecation")).toMatch(/^@\d+$/)
   expect(reply.headers.get("link")).toMatch(/rel="deprecation"/)
@@ -46,6 +41,16 @@ const conversationCount = (tenantId: string) =>
 const deactivateChannel = (id: string) => query("UPDATE channels SET status = 'inactive' WHERE id = $1", [id])
 const deactivateTenant = (id: string) =>
   Effect.tap(admin("PATCH", `/tenants/${id}`, { tenant: { status: "inactive" } }), (reply) => expect(reply.status).toBe(200))
+
+/** The tenant API routes of one conversation that take a channel token (K, T), with a valid body where one is sent. */
+const conversationRoutes = (id: string) =>
+  [
+    ["GET", `/api/v1/conversations/${id}`, undefined],
+    ["POST", `/api/v1/conversations/${id}/close`, undefined],
+    ["POST", `/api/v1/conversations/${id}/reopen`, undefined],
+    ["GET", `/api/v1/conversations/${id}/activities`, undefined],
+    ["POST", `/api/v1/conversations/${id}/activities`, { text: "hi" }]
+  ] as const
 
 /** Verifies with a signer of its own, as another node would. */
 const verify = (token: string) => Effect.flatMap(TokenSigner, (signer) => signer.verify(token)).pipe(Effect.provide(TestSigner()))
@@ -164,8 +169,11 @@ layer(
         // Failed attempts count too, so secrets cannot be guessed faster than the limit.
         expectError(yield* post("/tokens", { secret: "cs_guess", body, ip }), 401, "unauthorized")
         const refused = yield* post("/tokens", { secret: channel.secret, body, ip })
-        expectError(refused, 429, "rate_limited")
-        expect(Number(refused.headers.get("retry-after"))).toBeGreaterThan(0)
+        expectError(refused, 429, "rate_limited", { retry_after_ms: expect.any(Number) })
+        const ms = refused.body.error.details.retry_after_ms
+        expect(ms).toBeGreaterThan(0)
+        expect(ms).toBeLessThanOrEqual(60_000)
+        expect(Number(refused.headers.get("retry-after"))).toBe(Math.max(1, Math.ceil(ms / 1000)))
         expectDeprecated(refused)
         expect((yield* post("/tokens", { secret: channel.secret, body, ip: randomIp() })).status).toBe(201)
       }))
@@ -318,8 +326,7 @@ layer(
         const chunks = Array.from({ length: Math.ceil(body.length / 65536) }, (_, i) => body.slice(i * 65536, (i + 1) * 65536))
         const chunked = yield* raw({ method: "POST", path: "/api/v1/conversations", headers, chunks })
         for (const reply of [sized, chunked]) {
-          expect(reply.status).toBe(401)
-          expect(JSON.parse(reply.text).error.code).toBe("unauthorized")
+          expectError({ status: reply.status, body: JSON.parse(reply.text) }, 401, "unauthorized")
           expect(reply.headers["deprecation"]).toMatch(/^@\d+$/)
         }
         expect(yield* conversationCount(tenant.id)).toBe(before)
@@ -395,13 +402,31 @@ layer(
         expectDeprecated(refused)
       }))
 
-    it.effect("a token whose channel is inactive is 403 channel_inactive", () =>
+    it.effect("another channel's conversation is 404 on every K, T route, and nothing of it changes", () =>
+      Effect.gen(function*() {
+        const { channel, tenant } = yield* tenantWithConversation
+        const sibling = yield* insertChannel(tenant.id)
+        const theirs = yield* insertConversation(tenant.id, sibling.id)
+        const before = yield* storedState(theirs)
+        for (const [method, path, body] of conversationRoutes(theirs)) {
+          const reply = yield* request(method, path, { headers: { "x-channel-token": channel.secret }, ...(body && { body }) })
+          expectError(reply, 404, "not_found", null, `${method} ${path}`)
+          expectDeprecated(reply)
+        }
+        expect(yield* storedState(theirs)).toEqual(before)
+      }))
+
+    it.effect("a token whose channel is inactive is 403 channel_inactive on every K, T route; nothing changes", () =>
       Effect.gen(function*() {
         const { channel, conversationId } = yield* tenantWithConversation
         yield* deactivateChannel(channel.id)
-        const reply = yield* request("GET", `/api/v1/conversations/${conversationId}`, { headers: { "x-channel-token": channel.secret } })
-        expectError(reply, 403, "channel_inactive")
-        expectDeprecated(reply)
+        const before = yield* storedState(conversationId)
+        for (const [method, path, body] of conversationRoutes(conversationId)) {
+          const reply = yield* request(method, path, { headers: { "x-channel-token": channel.secret }, ...(body && { body }) })
+          expectError(reply, 403, "channel_inactive", null, `${method} ${path}`)
+          expectDeprecated(reply)
+        }
+        expect(yield* storedState(conversationId)).toEqual(before)
       }))
 
     it.effect("GET /conversations (K only) refuses a channel token with 403", () =>
