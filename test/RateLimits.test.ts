@@ -6,8 +6,9 @@ import { Metrics } from "../src/ops/Metrics.js"
 import { pruneCounters, RateLimiter } from "../src/ratelimit/RateLimiter.js"
 import { query, serverUrl, TestDatabase } from "./support/TestDatabase.js"
 import { tcpProxy } from "./support/TcpProxy.js"
-import { tenantApi, tenantWithConversation } from "./support/Fixtures.js"
-import { admin, createTenant, TestNodeLive } from "./support/TestNode.js"
+import { expectError } from "./support/Envelope.js"
+import { storedState, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
+import { admin, createTenant, request, TestNodeLive } from "./support/TestNode.js"
 
 /** Reads again until `done` holds (counts sync every 100 ms, a sync may take up to 1 s), at most 5 s. */
 const eventually = <A, E, R>(read: Effect.Effect<A, E, R>, done: (value: A) => boolean) =>
@@ -50,19 +51,22 @@ layer(TestNodeLive({ RATE_LIMITS: JSON.stringify(RATE_LIMITS) }), {
 })("rate limits", (it) => {
   it.effect("a tenant override of activity_create answers 429 with retry-after and stores nothing more", () =>
     Effect.gen(function*() {
-      const { conversationId, key, tenant } = yield* tenantWithConversation
+      const { channel, conversationId, key, tenant } = yield* tenantWithConversation
       yield* admin("PATCH", `/tenants/${tenant.id}`, { tenant: { limits: { activity_create: { limit: 3, scale_ms: 60000 } } } })
       const path = `/conversations/${conversationId}/activities`
       for (let i = 0; i < 3; i++) expect((yield* tenantApi(key, "POST", path, { text: `m${i}` })).status).toBe(201)
-      const refused = yield* tenantApi(key, "POST", path, { text: "over" })
-      expect(refused.status).toBe(429)
-      expect(refused.body.error.code).toBe("rate_limited")
-      const ms = refused.body.error.details.retry_after_ms
-      expect(ms).toBeGreaterThan(0)
-      expect(ms).toBeLessThanOrEqual(60000)
-      expect(Number(refused.headers.get("retry-after"))).toBe(Math.max(1, Math.ceil(ms / 1000)))
-      const rows = yield* query<{ n: string }>("SELECT count(*) AS n FROM activities WHERE conversation_id = $1", [conversationId])
-      expect(Number(rows[0]!.n)).toBe(3)
+      const before = yield* storedState(conversationId)
+      expect(before?.["activities"]).toBe(3)
+      // By key (the lean append route) and by channel token (the router): one bucket, one answer.
+      for (const auth of [{ "x-api-key": key }, { "x-channel-token": channel.secret }]) {
+        const refused = yield* request("POST", `/api/v1${path}`, { body: { text: "over" }, headers: auth })
+        expectError(refused, 429, "rate_limited", { retry_after_ms: expect.any(Number) }, Object.keys(auth)[0])
+        const ms = refused.body.error.details.retry_after_ms
+        expect(ms).toBeGreaterThan(0)
+        expect(ms).toBeLessThanOrEqual(60000)
+        expect(Number(refused.headers.get("retry-after"))).toBe(Math.max(1, Math.ceil(ms / 1000)))
+      }
+      expect(yield* storedState(conversationId)).toEqual(before)
     }))
 
   it.effect("over the limit, a retry of a stored append gets its activity; a new append gets 429", () =>
@@ -77,8 +81,7 @@ layer(TestNodeLive({ RATE_LIMITS: JSON.stringify(RATE_LIMITS) }), {
       expect(retry.body.data.id).toBe(first.body.data.id)
       expect(retry.body.data.seq).toBe(1)
       const fresh = yield* tenantApi(key, "POST", path, { text: "twice" }, { "x-idempotency-key": "k-2" })
-      expect(fresh.status).toBe(429)
-      expect(fresh.body.error.code).toBe("rate_limited")
+      expectError(fresh, 429, "rate_limited", { retry_after_ms: expect.any(Number) })
       // The key is looked up within the caller's reach only: another tenant over its limit gets 429.
       const other = yield* tenantWithConversation
       yield* admin("PATCH", `/tenants/${other.tenant.id}`, { tenant: { limits: { activity_create: { limit: 1, scale_ms: 60000 } } } })
