@@ -3,8 +3,8 @@ import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { MAX_JSON_BODY_BYTES } from "../src/http/EdgeRules.js"
 import { Lifecycle } from "../src/ops/Lifecycle.js"
-import { envelope } from "./support/Envelope.js"
-import { tenantApi, tenantWithConversation } from "./support/Fixtures.js"
+import { envelope, expectError } from "./support/Envelope.js"
+import { storedState, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { rawRequest } from "./support/RawHttp.js"
 import { query, serverUrl } from "./support/TestDatabase.js"
 import { request, TestNode, TestNodeLive } from "./support/TestNode.js"
@@ -123,6 +123,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("lean append route", (it) =
       Effect.gen(function*() {
         const { conversationId, key } = yield* tenantWithConversation
         const sql = yield* SqlClient.SqlClient
+        const before = yield* storedState(conversationId)
         const post = tenantApi(key, "POST", `/conversations/${conversationId}/activities`, { text: "held" }, {
           "x-idempotency-key": "held-1"
         })
@@ -130,10 +131,9 @@ layer(TestNodeLive(), { excludeTestServices: true })("lean append route", (it) =
         const held = yield* sql.withTransaction(
           Effect.zipRight(sql`SELECT id FROM conversations WHERE id = ${conversationId} FOR UPDATE`, post)
         )
-        expect(held.status).toBe(503)
-        expect(held.body.error).toMatchObject({ code: "unavailable", details: { reason: "database_unavailable" } })
+        expectError(held, 503, "unavailable", { reason: "database_unavailable", retry_after_ms: expect.any(Number) })
         expect(Number(held.headers.get("retry-after"))).toBeGreaterThanOrEqual(1)
-        expect(yield* storedCount(conversationId)).toBe(0)
+        expect(yield* storedState(conversationId)).toEqual(before)
         const retried = yield* post
         expect(retried.status).toBe(201)
         expect(retried.body.data).toMatchObject({ seq: 1, text: "held", idempotency_key: "held-1" })
@@ -147,15 +147,15 @@ layer(TestNodeLive(), { excludeTestServices: true })("lean append route", (it) =
       Effect.gen(function*() {
         const { conversationId, key } = yield* tenantWithConversation
         const sql = yield* SqlClient.SqlClient
+        const before = yield* storedState(conversationId)
         const post = tenantApi(key, "POST", `/conversations/${conversationId}/activities`, { text: "cold" })
         // No append has loaded this conversation yet; another session keeps its table from being read.
         const held = yield* sql.withTransaction(
           Effect.zipRight(sql`LOCK TABLE conversations IN ACCESS EXCLUSIVE MODE`, post)
         )
-        expect(held.status).toBe(503)
-        expect(held.body.error).toMatchObject({ code: "unavailable", details: { reason: "database_unavailable" } })
+        expectError(held, 503, "unavailable", { reason: "database_unavailable", retry_after_ms: expect.any(Number) })
         expect(Number(held.headers.get("retry-after"))).toBeGreaterThanOrEqual(1)
-        expect(yield* storedCount(conversationId)).toBe(0)
+        expect(yield* storedState(conversationId)).toEqual(before)
         const retried = yield* post
         expect(retried.status).toBe(201)
         expect(retried.body.data).toMatchObject({ seq: 1, text: "cold" })

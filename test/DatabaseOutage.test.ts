@@ -153,6 +153,7 @@ describe.skipIf(serverUrl === undefined)("database outage", () => {
       const reply = yield* postText(node.baseUrl, key, conversationId, "sent, then stalled")
       expect(reply.status).toBe(503)
       expect(reply.code).toBe("unavailable")
+      expect(reply.details).toEqual({ reason: "database_unavailable", retry_after_ms: expect.any(Number) })
       // The statement reaches PostgreSQL now, however the node gave up on its connection.
       expect(proxy.release()).toBe(true)
       // The node's next append goes through on a healthy connection.
@@ -180,6 +181,7 @@ describe.skipIf(serverUrl === undefined)("database outage", () => {
       const reply = yield* Fiber.join(pending)
       expect(reply.status).toBe(503)
       expect(reply.code).toBe("unavailable")
+      expect(reply.details).toEqual({ reason: "database_unavailable", retry_after_ms: expect.any(Number) })
       // Settled 5.5 s after the deadline, 5 s after arrival: about 10.5 s. Counted from the end of
       // the key check, it would be about 14 s.
       expect(reply.ms).toBeLessThan(13_000)
