@@ -1,6 +1,7 @@
 import { describe, expect, layer } from "@effect/vitest"
+import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
-import { query } from "./support/TestDatabase.js"
+import { query, serverUrl } from "./support/TestDatabase.js"
 import { expectError, fieldDetails } from "./support/Envelope.js"
 import { insertConversation, storedState, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { admin, request, TestNodeLive } from "./support/TestNode.js"
@@ -512,6 +513,27 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
         expect(after.data).toHaveLength(1)
         expect(after.data[0].metadata).toEqual({ event: "conversation_reopened", status: "active", reason: "manual" })
       }))
+
+    // The embedded database runs one session: its writes cannot be held up by another one.
+    it.effect.runIf(serverUrl !== undefined)("a close or reopen not written in time is 503 and changes nothing; its retry goes through", () =>
+      Effect.gen(function*() {
+        const { conversationId, key } = yield* tenantWithConversation
+        const sql = yield* SqlClient.SqlClient
+        for (const [action, status] of [["close", "closed"], ["reopen", "active"]] as const) {
+          const send = tenantApi(key, "POST", `/conversations/${conversationId}/${action}`)
+          const before = yield* storedState(conversationId)
+          // Another session holds the conversation row until the answer has come.
+          const held = yield* sql.withTransaction(
+            Effect.zipRight(sql`SELECT id FROM conversations WHERE id = ${conversationId} FOR UPDATE`, send)
+          )
+          expectError(held, 503, "unavailable", { reason: "database_unavailable", retry_after_ms: expect.any(Number) }, action)
+          expect(Number(held.headers.get("retry-after"))).toBeGreaterThanOrEqual(1)
+          expect(yield* storedState(conversationId)).toEqual(before)
+          const retried = yield* send
+          expect(retried.status).toBe(200)
+          expect(retried.body.data.status).toBe(status)
+        }
+      }))
   })
 
   describe("listing", () => {
@@ -562,7 +584,8 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
             Buffer.from(elsewhere).toString("base64")
           ]
         ) {
-          expectError(yield* tenantApi(key, "GET", `${path}?watermark=${encodeURIComponent(watermark)}`), 400, "invalid_watermark", null, watermark)
+          const reply = yield* tenantApi(key, "GET", `${path}?watermark=${encodeURIComponent(watermark)}`)
+          expectError(reply, 400, "invalid_watermark", null, watermark)
         }
         for (const limit of ["abc", "0", "-5", "1.5", ""]) {
           expectError(yield* tenantApi(key, "GET", `${path}?limit=${limit}`), 400, "bad_request", null, `limit=${limit}`)
