@@ -3,7 +3,7 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 import { query, serverUrl } from "./support/TestDatabase.js"
 import { expectError, fieldDetails } from "./support/Envelope.js"
-import { insertConversation, storedState, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
+import { conversationRoutes, insertConversation, storedState, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { admin, request, TestNodeLive } from "./support/TestNode.js"
 
 const countActivities = (conversationId: string) =>
@@ -414,22 +414,14 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
         // Another tenant's conversations in both states: a close or a reopen must move neither.
         const closedElsewhere = yield* insertConversation(other.tenant.id, other.channel.id)
         expect((yield* tenantApi(other.key, "POST", `/conversations/${closedElsewhere}/close`)).status).toBe(200)
-        const routes = (id: string) =>
-          [
-            ["GET", `/conversations/${id}`],
-            ["POST", `/conversations/${id}/close`],
-            ["POST", `/conversations/${id}/reopen`],
-            ["GET", `/conversations/${id}/activities`],
-            ["POST", `/conversations/${id}/activities`, { text: "x" }]
-          ] as const
         const foreign = [other.conversationId, closedElsewhere]
         const before = yield* Effect.forEach(foreign, storedState)
         for (const id of [crypto.randomUUID(), ...foreign]) {
-          for (const [method, path, body] of routes(id)) {
+          for (const [method, path, body] of conversationRoutes(id)) {
             expectError(yield* tenantApi(key, method, path, body), 404, "not_found", null, `${method} ${path}`)
           }
         }
-        for (const [method, path, body] of routes("not-a-uuid")) {
+        for (const [method, path, body] of conversationRoutes("not-a-uuid")) {
           expectError(yield* tenantApi(key, method, path, body), 400, "bad_request", null, `${method} ${path}`)
         }
         expect(yield* Effect.forEach(foreign, storedState)).toEqual(before)

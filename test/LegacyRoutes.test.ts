@@ -2,7 +2,7 @@ import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { TokenSigner } from "../src/auth/TokenSigner.js"
 import { MAX_JSON_BODY_BYTES } from "../src/http/EdgeRules.js"
-import { insertChannel, insertConversation, storedState, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
+import { conversationRoutes, insertChannel, insertConversation, storedState, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { rawRequest } from "./support/RawHttp.js"
 import { expectError, statusAndCode } from "./support/Envelope.js"
 import { commitWhenWaiting, query, serverUrl } from "./support/TestDatabase.js"
@@ -41,16 +41,6 @@ const conversationCount = (tenantId: string) =>
 const deactivateChannel = (id: string) => query("UPDATE channels SET status = 'inactive' WHERE id = $1", [id])
 const deactivateTenant = (id: string) =>
   Effect.tap(admin("PATCH", `/tenants/${id}`, { tenant: { status: "inactive" } }), (reply) => expect(reply.status).toBe(200))
-
-/** The tenant API routes of one conversation that take a channel token (K, T), with a valid body where one is sent. */
-const conversationRoutes = (id: string) =>
-  [
-    ["GET", `/api/v1/conversations/${id}`, undefined],
-    ["POST", `/api/v1/conversations/${id}/close`, undefined],
-    ["POST", `/api/v1/conversations/${id}/reopen`, undefined],
-    ["GET", `/api/v1/conversations/${id}/activities`, undefined],
-    ["POST", `/api/v1/conversations/${id}/activities`, { text: "hi" }]
-  ] as const
 
 /** Verifies with a signer of its own, as another node would. */
 const verify = (token: string) => Effect.flatMap(TokenSigner, (signer) => signer.verify(token)).pipe(Effect.provide(TestSigner()))
@@ -402,6 +392,7 @@ layer(
         expectDeprecated(refused)
       }))
 
+    // Every route of a conversation takes a channel token (K, T).
     it.effect("another channel's conversation is 404 on every K, T route, and nothing of it changes", () =>
       Effect.gen(function*() {
         const { channel, tenant } = yield* tenantWithConversation
@@ -409,7 +400,7 @@ layer(
         const theirs = yield* insertConversation(tenant.id, sibling.id)
         const before = yield* storedState(theirs)
         for (const [method, path, body] of conversationRoutes(theirs)) {
-          const reply = yield* request(method, path, { headers: { "x-channel-token": channel.secret }, ...(body && { body }) })
+          const reply = yield* request(method, `/api/v1${path}`, { headers: { "x-channel-token": channel.secret }, ...(body && { body }) })
           expectError(reply, 404, "not_found", null, `${method} ${path}`)
           expectDeprecated(reply)
         }
@@ -422,7 +413,7 @@ layer(
         yield* deactivateChannel(channel.id)
         const before = yield* storedState(conversationId)
         for (const [method, path, body] of conversationRoutes(conversationId)) {
-          const reply = yield* request(method, path, { headers: { "x-channel-token": channel.secret }, ...(body && { body }) })
+          const reply = yield* request(method, `/api/v1${path}`, { headers: { "x-channel-token": channel.secret }, ...(body && { body }) })
           expectError(reply, 403, "channel_inactive", null, `${method} ${path}`)
           expectDeprecated(reply)
         }

@@ -49,6 +49,16 @@ export const tenantApi = (
   headers: Record<string, string> = {}
 ) => request(method, `/api/v1${path}`, { ...(body === undefined ? {} : { body }), headers: { "x-api-key": key, ...headers } })
 
+/** The tenant API routes of one conversation (paths under `/api/v1`), with a valid body where one is sent. */
+export const conversationRoutes = (id: string) =>
+  [
+    ["GET", `/conversations/${id}`, undefined],
+    ["POST", `/conversations/${id}/close`, undefined],
+    ["POST", `/conversations/${id}/reopen`, undefined],
+    ["GET", `/conversations/${id}/activities`, undefined],
+    ["POST", `/conversations/${id}/activities`, { text: "hi" }]
+  ] as const
+
 /** A user's plain message as the conversation entity receives it (every field already checked). */
 export const messageDraft = (text: string, idempotencyKey: string | null = null): ActivityDraft => ({
   id: crypto.randomUUID(),
