@@ -392,32 +392,30 @@ layer(
         expectDeprecated(refused)
       }))
 
-    // Every route of a conversation takes a channel token (K, T).
+    /** Every route of conversation `id` (all K, T) refuses the token with `status` `code`, and the conversation stays as it was. */
+    const refusedOnEveryRoute = (secret: string, id: string, status: number, code: string) =>
+      Effect.gen(function*() {
+        const before = yield* storedState(id)
+        for (const [method, path, body] of conversationRoutes(id)) {
+          const reply = yield* request(method, `/api/v1${path}`, { headers: { "x-channel-token": secret }, ...(body && { body }) })
+          expectError(reply, status, code, null, `${method} ${path}`)
+          expectDeprecated(reply)
+        }
+        expect(yield* storedState(id)).toEqual(before)
+      })
+
     it.effect("another channel's conversation is 404 on every K, T route, and nothing of it changes", () =>
       Effect.gen(function*() {
         const { channel, tenant } = yield* tenantWithConversation
         const sibling = yield* insertChannel(tenant.id)
-        const theirs = yield* insertConversation(tenant.id, sibling.id)
-        const before = yield* storedState(theirs)
-        for (const [method, path, body] of conversationRoutes(theirs)) {
-          const reply = yield* request(method, `/api/v1${path}`, { headers: { "x-channel-token": channel.secret }, ...(body && { body }) })
-          expectError(reply, 404, "not_found", null, `${method} ${path}`)
-          expectDeprecated(reply)
-        }
-        expect(yield* storedState(theirs)).toEqual(before)
+        yield* refusedOnEveryRoute(channel.secret, yield* insertConversation(tenant.id, sibling.id), 404, "not_found")
       }))
 
     it.effect("a token whose channel is inactive is 403 channel_inactive on every K, T route; nothing changes", () =>
       Effect.gen(function*() {
         const { channel, conversationId } = yield* tenantWithConversation
         yield* deactivateChannel(channel.id)
-        const before = yield* storedState(conversationId)
-        for (const [method, path, body] of conversationRoutes(conversationId)) {
-          const reply = yield* request(method, `/api/v1${path}`, { headers: { "x-channel-token": channel.secret }, ...(body && { body }) })
-          expectError(reply, 403, "channel_inactive", null, `${method} ${path}`)
-          expectDeprecated(reply)
-        }
-        expect(yield* storedState(conversationId)).toEqual(before)
+        yield* refusedOnEveryRoute(channel.secret, conversationId, 403, "channel_inactive")
       }))
 
     it.effect("GET /conversations (K only) refuses a channel token with 403", () =>
