@@ -208,7 +208,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
           expect(stored.status, `${field} at the limit`).toBe(201)
           expect(stored.body.data[field]).toEqual(atLimit[field])
           const before = yield* storedState(conversationId)
-          expectError(yield* post(over), 422, "invalid_message", fieldDetails(field), `${field} one byte over`)
+          expectError(yield* post(over), 422, "invalid_message", fieldDetails(field), `${field} one over the limit`)
           expect(yield* storedState(conversationId)).toEqual(before)
         }
         // An attachment is measured as stored (README): keys that are dropped do not count.
