@@ -167,6 +167,27 @@ describe.skipIf(serverUrl === undefined)("database outage", () => {
       expect((next.data as { seq: number }).seq).toBe(1)
     }))
 
+  // A transaction's COMMIT is held up on its way (a stalled link) until after the create was
+  // answered 503: when it arrives, PostgreSQL must have ended the transaction already.
+  outageTest("a create whose COMMIT reaches PostgreSQL after its 503 stores nothing",
+    Effect.gen(function*() {
+      const { node, proxy } = yield* nodeBehindProxy({ DATABASE_STATEMENT_TIMEOUT_MS: "2500" })
+      const { key, secret } = yield* seedConversation(node.baseUrl)
+      const conversations = call(node.baseUrl, "GET", "/api/v1/conversations", { "x-api-key": key }).pipe(
+        Effect.map((answer) => answer.data as ReadonlyArray<{ id: string; metadata: Record<string, unknown> }>)
+      )
+      const before = yield* conversations
+      const marker = `held-${crypto.randomUUID()}`
+      proxy.holdFrom(marker, "COMMIT")
+      const reply = yield* call(node.baseUrl, "POST", "/api/v1/conversations", { "x-channel-token": secret }, { metadata: { marker } })
+      expect(reply.status).toBe(503)
+      expect(reply.code).toBe("unavailable")
+      // The COMMIT reaches the server side now, and is given time to run there.
+      expect(proxy.release()).toBe(true)
+      yield* Effect.sleep("1 second")
+      expect(yield* conversations).toEqual(before)
+    }))
+
   // The key check stalls, then the write: the answer's bound counts from the request's arrival, so
   // the time the key check took is taken from the write's budget, not added to it.
   outageTest("an append's answer is bounded from its arrival, a slow key check included",

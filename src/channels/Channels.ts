@@ -5,6 +5,7 @@ import { generateCredential, hashCredential } from "../auth/Credential.js"
 import { AuditLog } from "../db/AuditLog.js"
 import { ParentRows } from "../db/ParentRows.js"
 import { orUnavailable } from "../db/SqlFailure.js"
+import { inTransaction } from "../db/Transaction.js"
 import { AddressGuard } from "../delivery/AddressGuard.js"
 import { Conflict, NotFound } from "../domain/ApiError.js"
 import {
@@ -139,7 +140,7 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
             changes: auditedChanges(patch)
           })
           return { channel: toChannel(row), secret } satisfies IssuedChannelSecret
-        }).pipe(sql.withTransaction)
+        }).pipe(inTransaction(sql))
       }).pipe(orUnavailable)
 
     /** The tenant's channels by name, at most `CHANNEL_LIST_LIMIT`. */
@@ -170,7 +171,7 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
             changes: auditedChanges(changes)
           })
           return toChannel(yield* load(tenantId, id, false))
-        }).pipe(sql.withTransaction)
+        }).pipe(inTransaction(sql))
       })
 
     /** PUT and PATCH: sent fields are set, the others kept; nothing is written when nothing changes; honours `If-Match`. */
@@ -198,7 +199,7 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
           resourceId: id,
           changes: { name: current.name, type: current.type }
         })
-      }).pipe(sql.withTransaction, orUnavailable)
+      }).pipe(inTransaction(sql), orUnavailable)
 
     /** A new secret, returned once; the old one stops working when this commits. */
     const rotateSecret = (tenantId: string, id: string, actor: Actor) =>
@@ -209,7 +210,7 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
         )
         yield* audit.record(actor, { tenantId, action: "channel.secret_rotated", resourceType: "channel", resourceId: id })
         return { channel: toChannel(row), secret } satisfies IssuedChannelSecret
-      }).pipe(sql.withTransaction, orUnavailable)
+      }).pipe(inTransaction(sql), orUnavailable)
 
     return { create, list, get, update, remove, rotateSecret } as const
   }),

@@ -5,6 +5,7 @@ import { generateCredential, hashCredential } from "../auth/Credential.js"
 import { AuditLog } from "../db/AuditLog.js"
 import { ParentRows } from "../db/ParentRows.js"
 import { orUnavailable } from "../db/SqlFailure.js"
+import { inTransaction } from "../db/Transaction.js"
 import { NotFound } from "../domain/ApiError.js"
 import { Problems } from "../domain/Problems.js"
 import { sameJson } from "../domain/SameJson.js"
@@ -159,7 +160,7 @@ export class PublishableKeys extends Effect.Service<PublishableKeys>()("parley/P
             changes: { channel_id: channelId, ...patch }
           })
           return { publishableKey: created, key }
-        }).pipe(sql.withTransaction)
+        }).pipe(inTransaction(sql))
       }).pipe(orUnavailable)
 
     /** The channel's keys, oldest first, without their values. */
@@ -187,7 +188,7 @@ export class PublishableKeys extends Effect.Service<PublishableKeys>()("parley/P
           )
           if (Object.keys(changed).length === 0) return current.value
           return yield* change(tenantId, channelId, id, { ...changed }, "publishable_key.updated", changed, actor)
-        }).pipe(sql.withTransaction)
+        }).pipe(inTransaction(sql))
       }).pipe(orUnavailable)
 
     /** A new key value, returned once; the old value stops working when this commits. */
@@ -202,7 +203,7 @@ export class PublishableKeys extends Effect.Service<PublishableKeys>()("parley/P
           "publishable_key.rotated",
           { prefix },
           actor
-        ).pipe(sql.withTransaction)
+        ).pipe(inTransaction(sql))
         return { publishableKey: rotated, key }
       }).pipe(orUnavailable)
 
@@ -214,7 +215,7 @@ export class PublishableKeys extends Effect.Service<PublishableKeys>()("parley/P
           RETURNING id`
         if (rows.length === 0) return yield* keyNotFound(id)
         yield* audit.record(actor, { tenantId, action: "publishable_key.deleted", resourceType: "publishable_key", resourceId: id })
-      }).pipe(sql.withTransaction, orUnavailable)
+      }).pipe(inTransaction(sql), orUnavailable)
 
     return { create, list, update, rotate, remove } as const
   }),

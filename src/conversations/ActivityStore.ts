@@ -6,6 +6,7 @@ import { awaitReply, type Reply, WorkQueue } from "../concurrency/WorkQueue.js"
 import { boundedClient } from "../db/Database.js"
 import { prepared } from "../db/PreparedStatements.js"
 import { isDataException, isUniqueViolation } from "../db/SqlErrors.js"
+import { inTransaction } from "../db/Transaction.js"
 import type { Activity, ActivityDraft } from "../domain/Activity.js"
 import { isSensitiveKey, REDACTED, redactSensitive } from "../domain/Redaction.js"
 import { Metrics } from "../ops/Metrics.js"
@@ -365,7 +366,7 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
      * and the outcome of such a write is not known yet.
      */
     const findSettled = (conversationId: string, ids: ReadonlyArray<string>, keys: ReadonlyArray<string>) =>
-      sql.withTransaction(
+      inTransaction(sql)(
         sql`SELECT set_config('lock_timeout', ${`${IN_FLIGHT_WAIT_MS}ms`}, true)`.pipe(
           Effect.zipRight(sql`SELECT 1 FROM conversations WHERE id = ${conversationId} FOR SHARE`),
           // A statement of its own: its snapshot is taken after the wait.

@@ -1,6 +1,7 @@
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
 import { ParentRows } from "../db/ParentRows.js"
+import { inTransaction } from "../db/Transaction.js"
 import { ChannelInactive } from "../domain/ApiError.js"
 import { Conversation, ConversationChannel, Participant } from "../domain/Conversation.js"
 
@@ -139,7 +140,7 @@ export class ConversationRepo extends Effect.Service<ConversationRepo>()("parley
           onNone: () => Effect.dieMessage("a conversation just inserted cannot be read back"),
           onSome: (found) => Effect.succeed(toConversation(found, false))
         })
-      }).pipe(sql.withTransaction)
+      }).pipe(inTransaction(sql))
 
     const TargetRow = Schema.Struct({
       conversation_id: Schema.String,

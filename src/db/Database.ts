@@ -120,13 +120,16 @@ const PoolLive = Layer.scoped(
       const server = serverOptions(config, config.databaseUrl.value)
       // Statements that run too long are cancelled, and a connection that goes silent (a frozen
       // host, a dead link: no error ever arrives) is closed, so a request ends in 503 and the
-      // pool reconnects instead of waiting until TCP gives up, many minutes later.
+      // pool reconnects instead of waiting until TCP gives up, many minutes later. PostgreSQL ends
+      // a transaction left waiting as long: a COMMIT held up on a stalled link until after the 503
+      // finds it rolled back, and a frozen node's transactions do not keep their row locks.
       const pool = yield* acquirePool({
         ...server,
         max: POOL_SIZE,
         connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
         statement_timeout: config.databaseStatementTimeoutMs,
         query_timeout: config.databaseStatementTimeoutMs + ANSWER_MARGIN_MS,
+        idle_in_transaction_session_timeout: config.databaseStatementTimeoutMs,
         keepAlive: true
       })
       const setupPool = yield* acquirePool({
@@ -185,6 +188,7 @@ export const boundedClient = (
       // The server cancels a statement; this bounds the wait for an answer that never comes (a
       // connection gone silent), after which the write's outcome is looked up, not guessed.
       query_timeout: timeouts.queryMs,
+      idle_in_transaction_session_timeout: timeouts.statementMs,
       keepAlive: true,
       options: "-c enable_seqscan=off -c plan_cache_mode=force_generic_plan"
     })

@@ -9,6 +9,7 @@ import { makeBatcher } from "../db/Batcher.js"
 import { prepared } from "../db/PreparedStatements.js"
 import { ParentRows } from "../db/ParentRows.js"
 import { orUnavailable } from "../db/SqlFailure.js"
+import { inTransaction } from "../db/Transaction.js"
 import { InsufficientScope, NotFound } from "../domain/ApiError.js"
 import { ApiKey, type ApiKeyInput, type AuthenticatedKey, allScopes, Scope } from "../domain/ApiKey.js"
 import { parseInstant } from "../domain/Instant.js"
@@ -181,7 +182,7 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
         }
         return yield* parents.lockTenant(tenantId, actor).pipe(
           Effect.zipRight(create(tenantId, "scoped", name, wanted, expiresAt, actor)),
-          sql.withTransaction
+          inTransaction(sql)
         )
       }).pipe(orUnavailable)
 
@@ -209,7 +210,7 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
         if (row.revoked) return
         yield* sql`UPDATE api_keys SET revoked_at = now(), updated_at = now() WHERE id = ${id}`
         yield* audit.record(actor, { tenantId, action: "api_key.revoked", resourceType: "api_key", resourceId: id })
-      }).pipe(sql.withTransaction, orUnavailable)
+      }).pipe(inTransaction(sql), orUnavailable)
 
     /**
      * Replaces the primary key: the new one is returned once; the old one keeps working for

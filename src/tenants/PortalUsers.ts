@@ -7,6 +7,7 @@ import { AuditLog } from "../db/AuditLog.js"
 import { isUniqueViolation } from "../db/SqlErrors.js"
 import { ParentRows } from "../db/ParentRows.js"
 import { orUnavailable } from "../db/SqlFailure.js"
+import { inTransaction } from "../db/Transaction.js"
 import { NotFound, ValidationFailed } from "../domain/ApiError.js"
 import { PortalUser, type UserInput, UserRole, UserStatus } from "../domain/PortalUser.js"
 import { isNameTooLong, NAME_TOO_LONG, Problems } from "../domain/Problems.js"
@@ -159,7 +160,7 @@ export class PortalUsers extends Effect.Service<PortalUsers>()("parley/PortalUse
             changes: fields
           })
           return user
-        }).pipe(sql.withTransaction, Effect.catchTag("SqlError", emailTaken))
+        }).pipe(inTransaction(sql), Effect.catchTag("SqlError", emailTaken))
       }).pipe(orUnavailable)
 
     const list = (tenantId: string) => listUsers(tenantId).pipe(orUnavailable)
@@ -184,7 +185,7 @@ export class PortalUsers extends Effect.Service<PortalUsers>()("parley/PortalUse
           if (changes.status === "inactive") yield* sql`DELETE FROM portal_sessions WHERE user_id = ${id}`
           yield* audit.record(actor, { tenantId, action: "user.updated", resourceType: "user", resourceId: id, changes })
           return yield* load(tenantId, id, false)
-        }).pipe(sql.withTransaction, Effect.catchTag("SqlError", emailTaken))
+        }).pipe(inTransaction(sql), Effect.catchTag("SqlError", emailTaken))
       }).pipe(orUnavailable)
 
     /** Deletes the user after the `If-Match` check; its sessions go with it (foreign key cascade). */
@@ -194,7 +195,7 @@ export class PortalUsers extends Effect.Service<PortalUsers>()("parley/PortalUse
         yield* checkIfMatch(ifMatch, etagOf(current))
         yield* sql`DELETE FROM portal_users WHERE id = ${id}`
         yield* audit.record(actor, { tenantId, action: "user.deleted", resourceType: "user", resourceId: id })
-      }).pipe(sql.withTransaction, orUnavailable)
+      }).pipe(inTransaction(sql), orUnavailable)
 
     return { create, list, get, update, remove } as const
   }),

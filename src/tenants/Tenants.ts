@@ -4,6 +4,7 @@ import type { Actor } from "../auth/Actor.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { AuditLog } from "../db/AuditLog.js"
 import { orUnavailable } from "../db/SqlFailure.js"
+import { inTransaction } from "../db/Transaction.js"
 import { NotFound } from "../domain/ApiError.js"
 import { Problems } from "../domain/Problems.js"
 import { DEFAULT_RETENTION_DAYS, type SettingsInput, Tenant, TenantStatus, TenantTier, type TenantInput } from "../domain/Tenant.js"
@@ -89,7 +90,7 @@ export class Tenants extends Effect.Service<Tenants>()("parley/Tenants", {
           yield* audit.record(actor, { tenantId: id, action: "tenant.created", resourceType: "tenant", resourceId: id, changes: patch })
           const tenant = yield* load(id, false)
           return { tenant, apiKey: apiKey.key }
-        }).pipe(sql.withTransaction)
+        }).pipe(inTransaction(sql))
       }).pipe(orUnavailable)
 
     const listTenants = SqlSchema.findAll({
@@ -115,7 +116,7 @@ export class Tenants extends Effect.Service<Tenants>()("parley/Tenants", {
         yield* sql`UPDATE tenants SET ${sql.update(changes as Record<string, unknown>)}, updated_at = now() WHERE id = ${id}`
         yield* audit.record(actor, { tenantId: id, action, resourceType: "tenant", resourceId: id, changes })
         return yield* load(id, false)
-      }).pipe(sql.withTransaction, orUnavailable)
+      }).pipe(inTransaction(sql), orUnavailable)
 
     /** Admin update of any field; `status=inactive` blocks every key of the tenant at once. */
     const update = (id: string, input: TenantInput, ifMatch: Option.Option<string>, actor: Actor) =>
@@ -137,7 +138,7 @@ export class Tenants extends Effect.Service<Tenants>()("parley/Tenants", {
         yield* checkIfMatch(ifMatch, etagOf(current))
         yield* sql`DELETE FROM tenants WHERE id = ${id}`
         yield* audit.record(actor, { tenantId: id, action: "tenant.deleted", resourceType: "tenant", resourceId: id })
-      }).pipe(sql.withTransaction, orUnavailable)
+      }).pipe(inTransaction(sql), orUnavailable)
 
     /** A new primary key, returned once; the old one works for `API_KEY_ROTATION_GRACE_SECONDS`. */
     const rotateApiKey = (id: string, actor: Actor) =>
@@ -146,7 +147,7 @@ export class Tenants extends Effect.Service<Tenants>()("parley/Tenants", {
         const key = yield* apiKeys.rotatePrimary(id, config.apiKeyRotationGraceSeconds, actor)
         yield* audit.record(actor, { tenantId: id, action: "tenant.api_key_rotated", resourceType: "tenant", resourceId: id })
         return { tenant, apiKey: key }
-      }).pipe(sql.withTransaction, orUnavailable)
+      }).pipe(inTransaction(sql), orUnavailable)
 
     return { create, list, get, update, updateSettings, remove, rotateApiKey } as const
   }),

@@ -22,11 +22,12 @@ export interface TcpProxy {
    */
   readonly loseAnswerTo: (marker: string) => void
   /**
-   * The next connection to send bytes containing `marker` holds them, and whatever it sends after,
-   * until `release`: the server gets the statement late, as from a stalled link or backend. The
-   * server side stays open meanwhile, even when the client gives up and closes.
+   * The next connection to send bytes containing `marker` holds them (or, given `from`, its first
+   * bytes from then on that contain `from`), and whatever it sends after, until `release`: the
+   * server gets the statement late, as from a stalled link or backend. The server side stays open
+   * meanwhile, even when the client gives up and closes.
    */
-  readonly holdFrom: (marker: string) => void
+  readonly holdFrom: (marker: string, from?: string) => void
   /**
    * Delivers what `holdFrom` held, and forwards that connection's bytes again (or, if its client
    * closed meanwhile, closes the server side shortly after). False when nothing was held.
@@ -50,6 +51,7 @@ export const tcpProxy = (target: { readonly host: string; readonly port: number 
       }
       let marker: string | undefined
       let holdMarker: string | undefined
+      let holdFromText: string | undefined
       let releaseHeld: (() => void) | undefined
       const server = Net.createServer((client) => {
         track(client)
@@ -58,6 +60,8 @@ export const tcpProxy = (target: { readonly host: string; readonly port: number 
         track(upstream)
         let muted = false
         let held: Array<Buffer> | undefined
+        /** Set on the connection that sent the hold's marker: the text its held bytes start with. */
+        let holdArmed: string | undefined
         let clientClosed = false
         /** Writes `chunk` to `to` now, or once the proxy thaws. */
         const pass = (to: Net.Socket, chunk: Buffer) => {
@@ -66,7 +70,12 @@ export const tcpProxy = (target: { readonly host: string; readonly port: number 
         }
         client.on("data", (chunk: Buffer) => {
           if (holdMarker !== undefined && chunk.includes(holdMarker)) {
+            holdArmed = holdFromText ?? holdMarker
             holdMarker = undefined
+            holdFromText = undefined
+          }
+          if (holdArmed !== undefined && chunk.includes(holdArmed)) {
+            holdArmed = undefined
             held = []
             releaseHeld = () => {
               for (const part of held ?? []) upstream.write(part)
@@ -115,8 +124,9 @@ export const tcpProxy = (target: { readonly host: string; readonly port: number 
           loseAnswerTo: (text) => {
             marker = text
           },
-          holdFrom: (text) => {
+          holdFrom: (text, from) => {
             holdMarker = text
+            holdFromText = from
           },
           release: () => {
             const delivering = releaseHeld
