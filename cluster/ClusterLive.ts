@@ -3,6 +3,7 @@ import { NodeClusterSocket } from "@effect/platform-node"
 import { Duration, Effect, Layer, Option } from "effect"
 import { AppConfig } from "../src/config/AppConfig.js"
 import { DatabasePool } from "../src/db/Database.js"
+import { SerialReservationsLive } from "../src/db/SerialReservations.js"
 import { oneNodeAtATime } from "../src/db/SetupLock.js"
 
 const isLoopback = (host: string) => host === "localhost" || host.startsWith("127.") || host === "::1"
@@ -30,6 +31,11 @@ export const ClusterLive = Layer.unwrapEffect(
     }
     return embedded
       ? SingleRunner.layer({ shardingConfig, runnerStorage: "memory" })
-      : oneNodeAtATime(NodeClusterSocket.layer({ storage: "sql", serialization: "msgpack", shardingConfig }))
+      : oneNodeAtATime(
+        // Its shard-lock operations share one reserved connection from concurrent fibers (ADR 0013).
+        NodeClusterSocket.layer({ storage: "sql", serialization: "msgpack", shardingConfig }).pipe(
+          Layer.provide(SerialReservationsLive)
+        )
+      )
   })
 )

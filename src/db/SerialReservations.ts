@@ -1,0 +1,48 @@
+import { SqlClient } from "@effect/sql"
+import type { Connection } from "@effect/sql/SqlConnection"
+import { Effect, Layer, Stream } from "effect"
+
+/**
+ * A reserved connection whose statements run one at a time: a statement waits for the one before
+ * to end, here rather than in pg's queue. A statement given up while it waits is never sent; one
+ * interrupted while it runs is cancelled (pg_cancel_backend of the session) before the next is sent.
+ * In pg's queue a statement given up while it waited was still sent later, and its cancellation
+ * stopped whichever statement of another fiber was running in the session.
+ */
+const oneAtATime = (connection: Connection): Connection => {
+  const turn = Effect.unsafeMakeSemaphore(1)
+  const serial = turn.withPermits(1)
+  return {
+    execute: (sql, params, transformRows) => serial(connection.execute(sql, params, transformRows)),
+    executeRaw: (sql, params) => serial(connection.executeRaw(sql, params)),
+    executeValues: (sql, params) => serial(connection.executeValues(sql, params)),
+    executeUnprepared: (sql, params, transformRows) => serial(connection.executeUnprepared(sql, params, transformRows)),
+    // A cursor keeps the session until its stream ends.
+    executeStream: (sql, params, transformRows) =>
+      Stream.unwrapScoped(
+        Effect.uninterruptibleMask((restore) =>
+          restore(turn.take(1)).pipe(Effect.zipRight(Effect.addFinalizer(() => turn.release(1))))
+        ).pipe(Effect.as(connection.executeStream(sql, params, transformRows)))
+      )
+  }
+}
+
+/**
+ * `sql` whose reserved connections (`sql.reserve`, also through `withoutTransforms()`) run one
+ * statement at a time; statements, transactions and everything else are `sql`'s own. For
+ * @effect/cluster: its SQL runner storage keeps every shard-lock operation on one reserved
+ * connection and runs them from concurrent fibers (one release per shard), ADR 0013.
+ */
+export const serialReservations = (sql: SqlClient.SqlClient): SqlClient.SqlClient => {
+  const serialized = Object.assign(
+    // The client is also the tagged template that makes statements: a new function, as `sql` itself
+    // is shared (@effect/sql caches it per connection acquirer).
+    (...args: ReadonlyArray<unknown>) => (sql as unknown as (...args: ReadonlyArray<unknown>) => unknown)(...args),
+    sql,
+    { reserve: Effect.map(sql.reserve, oneAtATime) }
+  ) as unknown as SqlClient.SqlClient
+  return Object.assign(serialized, { safe: serialized })
+}
+
+/** The surrounding `SqlClient`, with reserved connections that run one statement at a time. */
+export const SerialReservationsLive = Layer.effect(SqlClient.SqlClient, Effect.map(SqlClient.SqlClient, serialReservations))
