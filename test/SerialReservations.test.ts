@@ -1,7 +1,7 @@
 import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
 import { describe, expect, it } from "@effect/vitest"
-import { Context, Effect, Exit, Fiber, Layer, Schedule } from "effect"
+import { Context, Effect, Exit, Fiber, Layer, Schedule, Scope } from "effect"
 import { MeasuredPool } from "../src/db/MeasuredPool.js"
 import { PreparingClient } from "../src/db/PreparedStatements.js"
 import { serialReservations } from "../src/db/SerialReservations.js"
@@ -77,6 +77,42 @@ describe.skipIf(serverUrl === undefined)("serial reserved connections", () => {
       expect(Exit.isInterrupted(yield* Fiber.interrupt(long))).toBe(true)
       // Not 30 seconds: the long statement was cancelled, not waited for.
       expect(yield* Fiber.join(next).pipe(Effect.timeout("10 seconds"))).toEqual([["next"]])
+    }), { timeout: 30_000 })
+
+  // @effect/cluster gives its lock connection back (a rebuild, a shutdown) after a finalizer that runs
+  // pg_advisory_unlock_all() within the lock-operation interval. Behind a statement still running
+  // (a stalled lock operation, a burst of releases) that statement waits for its turn and is given
+  // up unsent; in the pool the session would keep every shard lock of the node.
+  it.scopedLive("a reservation ends its session: a given-up pg_advisory_unlock_all() leaves no lock behind in the pool", () =>
+    Effect.gen(function*() {
+      const { serial, sql } = yield* serialClient
+      const reservation = yield* Scope.make()
+      const connection = yield* serial.reserve.pipe(Scope.extend(reservation))
+      yield* Scope.addFinalizer(
+        reservation,
+        connection.executeRaw("SELECT pg_advisory_unlock_all()", []).pipe(
+          Effect.timeout("200 millis"),
+          Effect.interruptible,
+          Effect.catchAllCause(() => Effect.void)
+        )
+      )
+      const [[pid]] = (yield* connection.executeValues("SELECT pg_backend_pid()", [])) as [[number]]
+      const key = Math.floor(Math.random() * 1_000_000_000)
+      yield* connection.executeValues(`SELECT pg_advisory_lock(${key})`, [])
+      const stalled = yield* Effect.fork(connection.executeValues("SELECT pg_sleep(1)", []))
+      yield* running(sql, pid, "pg_sleep(1)")
+
+      yield* Scope.close(reservation, Exit.void)
+      yield* Fiber.await(stalled)
+      // The pool keeps an idle connection 10 s: a session given back would still hold the lock.
+      const held = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_locks
+                                             WHERE locktype = 'advisory' AND objid = ${key}`.pipe(
+        Effect.filterOrFail((rows) => rows[0]!.n === 0, (rows) => rows),
+        Effect.retry(Schedule.spaced("100 millis").pipe(Schedule.upTo("5 seconds"))),
+        Effect.catchAll((rows) => Effect.succeed(rows))
+      )
+      const session = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = ${pid}`
+      expect({ held, session }).toEqual({ held: [{ n: 0 }], session: [{ n: 0 }] })
     }), { timeout: 30_000 })
 
   it.scopedLive("fibers sharing a reserved connection each get their own answer", () =>

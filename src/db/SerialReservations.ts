@@ -28,10 +28,19 @@ const oneAtATime = (connection: Connection): Connection => {
 }
 
 /**
+ * Closes the session of a reserved @effect/sql-pg connection (its pg client, `pg`), so that its pool
+ * drops it instead of handing it out again. Sent while a statement runs, the close takes effect
+ * on the server when that statement ends.
+ */
+const endSession = (connection: Connection) =>
+  Effect.sync(() => (connection as { readonly pg?: { end(callback: () => void): void } }).pg?.end(() => {}))
+
+/**
  * `sql` whose reserved connections (`sql.reserve`, also through `withoutTransforms()`) run one
- * statement at a time; statements, transactions and everything else are `sql`'s own. For
- * @effect/cluster: its SQL runner storage keeps every shard-lock operation on one reserved
- * connection and runs them from concurrent fibers (one release per shard), ADR 0013.
+ * statement at a time and end their session with the reservation; statements, transactions and
+ * everything else are `sql`'s own. For @effect/cluster: its SQL runner storage keeps every
+ * shard-lock operation on one reserved connection and runs them from concurrent fibers (one
+ * release per shard), ADR 0013.
  */
 export const serialReservations = (sql: SqlClient.SqlClient): SqlClient.SqlClient => {
   const serialized = Object.assign(
@@ -39,7 +48,16 @@ export const serialReservations = (sql: SqlClient.SqlClient): SqlClient.SqlClien
     // is shared (@effect/sql caches it per connection acquirer).
     (...args: ReadonlyArray<unknown>) => (sql as unknown as (...args: ReadonlyArray<unknown>) => unknown)(...args),
     sql,
-    { reserve: Effect.map(sql.reserve, oneAtATime) }
+    {
+      // The session holds advisory locks, and the runner storage's pg_advisory_unlock_all() before
+      // the release is given up unsent when it waits for its turn past its deadline: given back to
+      // the pool, the session would keep the node's shard locks. Ended, it frees them, and a
+      // statement still queued for it fails instead of running in another user's session.
+      reserve: Effect.flatMap(
+        sql.reserve,
+        (connection) => Effect.as(Effect.addFinalizer(() => endSession(connection)), oneAtATime(connection))
+      )
+    }
   ) as unknown as SqlClient.SqlClient
   return Object.assign(serialized, { safe: serialized })
 }
