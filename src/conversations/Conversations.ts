@@ -92,7 +92,11 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
             // A database that answers nothing for a moment: another look, within the budget.
             Effect.retry(Schedule.spaced(SETTLE_LOOKUP_PAUSE_MS)),
             (lookUps) => answerWithin(lookUps, SETTLE_LOOKUP_BUDGET_MS, () => "slow" as const),
-            Effect.option
+            Effect.option,
+            // Only the caller's own activity can be its append. The conversation was never checked
+            // against the caller's tenant (the entity does that, and its answer is what was lost):
+            // another tenant's activity under the same key is not the caller's, nor its to see.
+            Effect.map(Option.map((rows) => rows.filter((activity) => activity.tenant_id === request.tenantId)))
           )
         ),
         // Rare (a node lost, a write's connection broken): worth a line for whoever looks into it.

@@ -1,0 +1,74 @@
+import { EntityId, Sharding } from "@effect/cluster"
+import { describe, expect, layer } from "@effect/vitest"
+import { Effect, Schedule } from "effect"
+import { insertChannel, insertConversation } from "./support/Fixtures.js"
+import { deliver } from "./support/LoadClient.js"
+import { spawnNode } from "./support/NodeProcess.js"
+import { query, serverUrl, TestDatabase } from "./support/TestDatabase.js"
+import { createTenant, TestNode, TestNodeLive } from "./support/TestNode.js"
+
+/**
+ * Tenant isolation where an append goes through another node: an append whose answer is lost is
+ * settled by looking its idempotency key up in the conversation, and that look-up must stay
+ * within the caller's tenant like every other read.
+ */
+
+const clusterEnv = {
+  CLUSTER_SHARD_LOCK_EXPIRATION_MS: "4000",
+  CLUSTER_ENTITY_TERMINATION_TIMEOUT_MS: "2000"
+}
+
+/** The runner port of the node holding a conversation's shard (see test/Cluster.test.ts). */
+const ownerPort = (conversationId: string) =>
+  Effect.gen(function*() {
+    const sharding = yield* Sharding.Sharding
+    const shard = sharding.getShardId(EntityId.make(conversationId), "default").id
+    const rows = yield* query<{ application_name: string }>(
+      `SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+       WHERE l.locktype = 'advisory' AND l.granted AND l.objid = $1 AND a.datname = current_database()`,
+      [1_000_000 + shard]
+    )
+    return Number(rows[0]?.application_name.split(":").pop())
+  })
+
+describe.skipIf(serverUrl === undefined)("tenant isolation across nodes", () => {
+  layer(TestNodeLive(clusterEnv), { excludeTestServices: true })("two nodes on one database", (it) => {
+    it.effect("an append to another tenant's conversation whose owner does not answer never answers with that tenant's activity", () =>
+      Effect.gen(function*() {
+        const db = yield* TestDatabase
+        const peer = yield* spawnNode("peer", { DATABASE_URL: db.url!, DRAIN_MAX_MS: "15000", ...clusterEnv })
+        const self = yield* TestNode
+        const victim = yield* createTenant()
+        const attacker = yield* createTenant()
+        const channel = yield* insertChannel(victim.id)
+        // A conversation of the victim that the peer owns (it takes its shards a few seconds after starting).
+        const conversationId = yield* Effect.gen(function*() {
+          const id = yield* insertConversation(victim.id, channel.id)
+          yield* deliver(() => [self.baseUrl], victim.api_key, id, "warm", 0)
+          const port = yield* ownerPort(id)
+          return port === peer.runnerPort ? id : yield* Effect.fail("owned here")
+        }).pipe(Effect.retry({ times: 50, schedule: Schedule.spaced("200 millis") }), Effect.orDie)
+        const stored = yield* deliver(() => [self.baseUrl], victim.api_key, conversationId, "order-1", 0)
+
+        // The owner stops answering (frozen); the attacker posts to the victim's conversation through
+        // this node with the victim's idempotency key. Its append gets no answer in time and is settled.
+        peer.child.kill("SIGSTOP")
+        yield* Effect.addFinalizer(() => Effect.sync(() => peer.child.kill("SIGCONT")))
+        const reply = yield* Effect.promise(() =>
+          fetch(`${self.baseUrl}/api/v1/conversations/${conversationId}/activities`, {
+            method: "POST",
+            headers: { "x-api-key": attacker.api_key, "x-idempotency-key": "order-1", "content-type": "application/json" },
+            body: JSON.stringify({ text: "probe" })
+          }).then(async (r) => ({ status: r.status, text: await r.text() }))
+        )
+        // Whatever the answer, it is not the victim's activity (nor a success for the attacker).
+        expect(reply.text).not.toContain(stored.id)
+        expect(reply.text).not.toContain("message order-1")
+        expect(reply.status).toBe(503)
+        expect(JSON.parse(reply.text).error.code).toBe("unavailable")
+        // And nothing was stored for the attacker.
+        const rows = yield* query<{ n: string }>("SELECT count(*) AS n FROM activities WHERE tenant_id = $1", [attacker.id])
+        expect(Number(rows[0]!.n)).toBe(0)
+      }).pipe(Effect.scoped), { timeout: 120_000 })
+  })
+})
