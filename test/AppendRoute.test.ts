@@ -93,6 +93,32 @@ layer(TestNodeLive(), { excludeTestServices: true })("lean append route", (it) =
       expect(yield* storedCount(conversationId)).toBe(0)
     }))
 
+  it.effect("a body the edge refuses before any credential is refused the same way without a valid key", () =>
+    Effect.gen(function*() {
+      const { conversationId } = yield* tenantWithConversation
+      const path = `/api/v1/conversations/${conversationId}/activities`
+      // With an x-channel-token beside the key the router serves the request (the key still
+      // authenticates): its answer is the one the lean route must give.
+      const ways = { lean: {}, router: { "x-channel-token": "cs_not_a_secret" } }
+      for (const [way, extra] of Object.entries(ways)) {
+        const headers = { "x-api-key": "ck_not_a_key", ...extra }
+        const deep = yield* request("POST", path, { raw: `{"metadata": ${"[".repeat(300)}${"]".repeat(300)}}`, headers })
+        expect(deep.status, way).toBe(400)
+        expect(deep.body).toEqual(envelope("bad_request"))
+        expect(deep.body.error.message, way).toContain("100 levels")
+        const large = yield* raw({
+          method: "POST",
+          path,
+          headers: { ...headers, "content-type": "application/json" },
+          chunks: ["{\"text\": \"", "x".repeat(MAX_JSON_BODY_BYTES), "\"}"]
+        })
+        expect(large.status, way).toBe(413)
+        expect(JSON.parse(large.text).error).toMatchObject({ code: "payload_too_large", details: { max_bytes: MAX_JSON_BODY_BYTES } })
+        expect(large.headers["connection"], way).toBe("close")
+      }
+      expect(yield* storedCount(conversationId)).toBe(0)
+    }))
+
   it.effect("an id in capitals and a query string reach the same conversation", () =>
     Effect.gen(function*() {
       const { conversationId, key } = yield* tenantWithConversation

@@ -3,7 +3,7 @@ import { Cause, Chunk, Effect, Either, Option, Runtime, Schema } from "effect"
 import { logsAtDebug } from "../ops/LogLevels.js"
 import type { ActivityInput } from "../conversations/ActivityRules.js"
 import { Conversations } from "../conversations/Conversations.js"
-import { BadRequest } from "../domain/ApiError.js"
+import { BadRequest, type Unauthorized, type Unavailable } from "../domain/ApiError.js"
 import { Lifecycle } from "../ops/Lifecycle.js"
 import { Metrics } from "../ops/Metrics.js"
 import { RateLimiter } from "../ratelimit/RateLimiter.js"
@@ -27,7 +27,7 @@ import {
 import { envelopeBody, type ErrorEnvelope, toBody } from "./ErrorEnvelope.js"
 import type { AbandonableRequest, RequestClaim } from "./NodeServer.js"
 import { requestIdFrom } from "./RequestId.js"
-import { credentialForApiKey } from "./TenantAuth.js"
+import { credentialForApiKey, type TenantCredential } from "./TenantAuth.js"
 
 const TEMPLATE = "/api/v1/conversations/:id/activities"
 const PATH = /^\/api\/v1\/conversations\/([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\/activities$/i
@@ -50,7 +50,6 @@ const header = (request: AbandonableRequest, name: string): string | undefined =
 
 /** The activity a body holds, or why it holds none (the router's 400 messages). */
 const readBody = (text: string): ActivityInput | string => {
-  if (nestsDeeperThan(text, MAX_JSON_DEPTH)) return REQUEST_BODY_TOO_DEEP
   let json: unknown
   try {
     json = text === "" ? null : JSON.parse(text)
@@ -106,8 +105,12 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
 
     const answer = (request: AbandonableRequest, conversationId: string, text: string, requestId: string, arrivedAt: number) =>
       Effect.suspend((): Effect.Effect<Answer> => {
-        // The caller is known before the body is read, as the router's authentication does it.
-        return credentialForApiKey(keys, header(request, "x-api-key")).pipe(
+        // The router's edge refuses a body nested too deep before any route or credential.
+        const checked: Effect.Effect<TenantCredential, BadRequest | Unauthorized | Unavailable> = nestsDeeperThan(text, MAX_JSON_DEPTH)
+          ? Effect.fail(new BadRequest({ message: REQUEST_BODY_TOO_DEEP }))
+          // The caller is known before the body is read, as the router's authentication does it.
+          : credentialForApiKey(keys, header(request, "x-api-key"))
+        return checked.pipe(
           Effect.flatMap((credential) => {
             const payload = readBody(text)
             return typeof payload === "string"

@@ -148,7 +148,7 @@ export const EdgeMiddleware = HttpLayerRouter.middleware(
           : template === undefined
           ? undefined
           : Option.getOrUndefined(Option.map(yield* refuseBody(request, template), ({ code, details, message, status }) =>
-            envelopeResponse(status, code, message, details, requestId)))
+            status === 413 ? payloadTooLarge(requestId) : envelopeResponse(status, code, message, details, requestId)))
 
         // Arrived: the body rules have read a JSON body by now, so a slow upload is not counted.
         const arrivedAt = Date.now()

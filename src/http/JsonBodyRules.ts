@@ -3,7 +3,15 @@ import { Effect, Option } from "effect"
 import { ValidationFailed } from "../domain/ApiError.js"
 import { fieldPath } from "../domain/Problems.js"
 import { findUnstorable } from "../domain/Unstorable.js"
-import { isJsonContentType, MAX_JSON_BODY_BYTES, MAX_JSON_DEPTH, nestsDeeperThan, REQUEST_BODY_TOO_DEEP } from "./EdgeRules.js"
+import {
+  isBodyTooLarge,
+  isJsonContentType,
+  MAX_JSON_BODY_BYTES,
+  MAX_JSON_DEPTH,
+  nestsDeeperThan,
+  REQUEST_BODY_TOO_DEEP,
+  REQUEST_BODY_TOO_LARGE
+} from "./EdgeRules.js"
 
 /** Why the edge answers a request's body itself, before any route reads it. */
 export interface BodyRefusal {
@@ -73,7 +81,22 @@ export const refuseBody = (
         ? Option.some({ status: 400, code: "bad_request", message: REQUEST_BODY_TOO_DEEP, details: null })
         : Option.none()
     ),
-    Effect.orElseSucceed(() => Option.none<BodyRefusal>())
+    Effect.catchAll((error) =>
+      // Over the size limit however it was framed (a chunked body declares no length): refused
+      // here, before any credential, as a declared length over the limit is. Other read failures
+      // are the route's to answer.
+      Effect.succeed(
+        error._tag === "RequestError" && isBodyTooLarge(error)
+          ? Option.some<BodyRefusal>({
+            status: 413,
+            code: "payload_too_large",
+            message: REQUEST_BODY_TOO_LARGE,
+            // The edge answers it with `details.max_bytes` and closes the connection.
+            details: null
+          })
+          : Option.none<BodyRefusal>()
+      )
+    )
   )
 }
 
