@@ -3,7 +3,7 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 import { query, serverUrl } from "./support/TestDatabase.js"
 import { expectError, fieldDetails } from "./support/Envelope.js"
-import { conversationRoutes, insertConversation, storedState, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
+import { conversationRoutes, insertChannel, insertConversation, storedState, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { admin, request, TestNodeLive } from "./support/TestNode.js"
 
 const countActivities = (conversationId: string) =>
@@ -608,6 +608,55 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
           cursor = page.meta.next_cursor
         } while (cursor !== null && seen.length < 10)
         expect(seen).toEqual(newestFirst.map((r) => r.id))
+      }))
+
+    it.effect("GET /conversations filters by status, channel_id and external_id and loads the participant; get has it too, close does not", () =>
+      Effect.gen(function*() {
+        const { channel, conversationId, key, tenant } = yield* tenantWithConversation
+        const participantId = crypto.randomUUID()
+        // Participants come from inbound resolution (not served yet): stored directly.
+        yield* query(
+          `INSERT INTO participants (id, tenant_id, channel_id, external_id, display_name, opted_out_at)
+           VALUES ($1, $2, $3, 'ext-1', 'Ann', now())`,
+          [participantId, tenant.id, channel.id]
+        )
+        yield* query("UPDATE conversations SET participant_id = $1 WHERE id = $2", [participantId, conversationId])
+        yield* query("UPDATE conversation_channels SET participant_id = $1 WHERE conversation_id = $2", [participantId, conversationId])
+        const participant = {
+          id: participantId,
+          external_id: "ext-1",
+          display_name: "Ann",
+          opted_out_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/)
+        }
+        const otherChannel = yield* insertChannel(tenant.id)
+        const elsewhere = yield* insertConversation(tenant.id, otherChannel.id)
+        const closed = yield* insertConversation(tenant.id, channel.id)
+        expect((yield* tenantApi(key, "POST", `/conversations/${closed}/close`)).status).toBe(200)
+        const ids = (path: string) =>
+          Effect.map(tenantApi(key, "GET", path), (reply) => reply.body.data.map((c: { id: string }) => c.id))
+
+        const all = (yield* tenantApi(key, "GET", "/conversations")).body.data
+        expect(all.map((c: { id: string }) => c.id)).toEqual([closed, elsewhere, conversationId])
+        expect(all.map((c: { participant: unknown }) => c.participant)).toEqual([null, null, participant])
+        expect(all[2].channels).toBeUndefined()
+        expect(yield* ids("/conversations?status=closed")).toEqual([closed])
+        expect(yield* ids("/conversations?status=active")).toEqual([elsewhere, conversationId])
+        expect(yield* ids(`/conversations?channel_id=${otherChannel.id.toUpperCase()}`)).toEqual([elsewhere])
+        expect(yield* ids("/conversations?external_id=ext-1")).toEqual([conversationId])
+        expect(yield* ids("/conversations?external_id=ext-1&status=closed")).toEqual([])
+        expect(yield* ids("/conversations?external_id=nobody")).toEqual([])
+
+        const got = (yield* tenantApi(key, "GET", `/conversations/${conversationId}`)).body.data
+        expect(got).toMatchObject({ participant_id: participantId, participant })
+        expect(got.channels).toEqual([
+          { channel_id: channel.id, role: "origin", participant_id: participantId, inserted_at: expect.any(String) }
+        ])
+        // Close and reopen answer without loading the participant (server-apis.md: participant null).
+        for (const action of ["close", "reopen"]) {
+          const reply = (yield* tenantApi(key, "POST", `/conversations/${conversationId}/${action}`)).body.data
+          expect(reply, action).toMatchObject({ participant_id: participantId, participant: null })
+          expect(reply.channels, action).toBeUndefined()
+        }
       }))
 
     it.effect("GET /conversations pages newest first with a cursor; GET /conversations/:id has channels", () =>
