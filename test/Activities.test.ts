@@ -282,6 +282,34 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
         expect(open.status).toBe(201)
       }))
 
+    it.effect("a __proto__ key in metadata, payload or an attachment is refused on both routes, never stored or answered changed", () =>
+      Effect.gen(function*() {
+        const { channel, conversationId, key } = yield* tenantWithConversation
+        // Raw bodies: JSON.parse makes `__proto__` an own key, which a rebuilt object (a schema's
+        // output, a redacted delivery payload, a msgpack cluster call) drops or renames.
+        const cases: Array<[string, string]> = [
+          [`{"text": "x", "metadata": {"__proto__": {"a": 1}, "k": 2}}`, "metadata"],
+          [`{"metadata": {"deep": [{"__proto__": 1}]}}`, "metadata"],
+          [`{"message_type": "my_widget", "payload": {"__proto__": {"b": 1}}}`, "payload"],
+          [`{"message_type": "card", "payload": {"title": "t", "__proto__": {}}}`, "payload"],
+          [`{"attachments": [{"contentType": "text/plain", "content": {"__proto__": "c"}}]}`, "attachments"]
+        ]
+        const before = yield* storedState(conversationId)
+        for (const auth of [{ "x-api-key": key }, { "x-channel-token": channel.secret }]) {
+          for (const [raw, field] of cases) {
+            const reply = yield* request("POST", `/api/v1/conversations/${conversationId}/activities`, { raw, headers: auth })
+            expectError(reply, 422, "invalid_message", fieldDetails(field), raw)
+          }
+        }
+        expect(yield* storedState(conversationId)).toEqual(before)
+        // A key merely containing the name is an ordinary key.
+        const kept = yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, {
+          metadata: { "__proto__x": 1, proto: { __proto: 2 } }
+        })
+        expect(kept.status).toBe(201)
+        expect(kept.body.data.metadata).toEqual({ "__proto__x": 1, proto: { __proto: 2 } })
+      }))
+
     it.effect("text filled from a payload is cut to the text limit between characters", () =>
       Effect.gen(function*() {
         const { conversationId, key } = yield* tenantWithConversation
