@@ -188,9 +188,8 @@ export class OutcomeUnknown extends Schema.TaggedError<OutcomeUnknown>()("Outcom
   message: Schema.String
 }, HttpApiSchema.annotations({ status: 502 })) implements WireError {
   readonly code = "upstream_unavailable"
-  get wireDetails() {
-    return { reason: "outcome_unknown" }
-  }
+  // client-api.md "Errors": details are null for every code it does not give details to.
+  readonly wireDetails = null
 }
 
 /** 503 while a conversation moves between nodes (or its owner is lost): retry after about a second. */
