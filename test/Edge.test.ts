@@ -201,6 +201,29 @@ layer(TestNodeLive(), { excludeTestServices: true })("HTTP edge", (it) => {
       expect(channel.body.error).toMatchObject({ code: "validation_failed", details: { "config.weight": problem } })
     }))
 
+  it.effect("a __proto__ key in a management or admin body is 422 validation_failed naming its field, and nothing is stored", () =>
+    Effect.gen(function*() {
+      const { key } = yield* tenantWithConversation
+      const problem = ["must not use __proto__ as a key"]
+      // Raw bodies: JSON.parse makes `__proto__` an own key, which the route's schema would drop.
+      const channel = yield* request("POST", "/api/v1/manage/channels", {
+        raw: `{"channel": {"name": "proto", "type": "websocket", "config": {"__proto__": {"a": 1}}}}`,
+        headers: { "x-api-key": key }
+      })
+      expect(channel.status).toBe(422)
+      expect(channel.body.error).toMatchObject({ code: "validation_failed", details: { "config.__proto__": problem } })
+      const tenant = yield* request("POST", "/api/v1/admin/tenants", {
+        raw: `{"tenant": {"name": "proto-tenant", "__proto__": {"status": "inactive"}}}`,
+        headers: authorization
+      })
+      expect(tenant.status).toBe(422)
+      expect(tenant.body.error).toMatchObject({ code: "validation_failed", details: { "__proto__": problem } })
+      const channels = yield* tenantApi(key, "GET", "/manage/channels")
+      expect(channels.body.data.map((c: { name: string }) => c.name)).not.toContain("proto")
+      const tenants = yield* request("GET", "/api/v1/admin/tenants?limit=500", { headers: authorization })
+      expect(tenants.body.data.map((t: { name: string }) => t.name)).not.toContain("proto-tenant")
+    }))
+
   it.effect("the router reads a body without a content type as JSON, depth limit included; other types are 400", () =>
     Effect.gen(function*() {
       const { channel, conversationId, key } = yield* tenantWithConversation

@@ -29,27 +29,10 @@ const encoder = new TextEncoder()
 const truncateUtf8 = (text: string, maxBytes: number): string =>
   bytes(text) <= maxBytes ? text : text.slice(0, encoder.encodeInto(text, new Uint8Array(maxBytes)).read)
 
-const PROTO_KEY_PROBLEM = "must not use __proto__ as a key"
-
-/**
- * Whether a JSON document holds a `__proto__` key at any depth. `JSON.parse` makes it an own key,
- * but every object rebuilt on the way (a schema's output, a redacted delivery payload, a msgpack
- * cluster call) drops or renames it: the activity would not be stored and answered as sent.
- */
-const hasProtoKey = (value: unknown): boolean => {
-  if (Array.isArray(value)) return value.some(hasProtoKey)
-  if (typeof value !== "object" || value === null) return false
-  return Object.entries(value).some(([key, item]) => key === "__proto__" || hasProtoKey(item))
-}
-
-/** The problem of the first value of `value` that would not be stored as sent, if any. */
-const notStorable = (value: unknown): string | undefined =>
-  findUnstorable(value)?.problem ?? (hasProtoKey(value) ? PROTO_KEY_PROBLEM : undefined)
-
 /** Adds the problem of the first value of `value` that would not be stored as sent, if any. */
 const checkStorable = (field: string, value: unknown, problems: Problems): void => {
-  const problem = notStorable(value)
-  if (problem !== undefined) problems.add(field, problem)
+  const found = findUnstorable(value)
+  if (found !== undefined) problems.add(field, found.problem)
 }
 
 const isObject = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
@@ -166,8 +149,8 @@ export const checkActivity = (input: ActivityInput): Effect.Effect<CheckedActivi
       else if (!isObject(input.payload)) problems.add("payload", "must be an object")
       else if (bytes(JSON.stringify(input.payload)) > Limits.payload) problems.add("payload", `at most ${Limits.payload} bytes`)
       else {
-        const unstorable = notStorable(input.payload)
-        if (unstorable !== undefined) problems.add("payload", unstorable)
+        const unstorable = findUnstorable(input.payload)
+        if (unstorable !== undefined) problems.add("payload", unstorable.problem)
         else if (messageType !== null) {
           const checked = checkPayload(messageType, input.payload)
           if (Either.isLeft(checked)) checked.left.forEach((message) => problems.add("payload", message))

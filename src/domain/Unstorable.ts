@@ -4,6 +4,12 @@ const UNSTORABLE_TEXT = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\
 const UNSTORABLE_PROBLEM = "must be Unicode text without U+0000 or unpaired surrogates"
 /** `JSON.parse` reads `1e999` as Infinity, which would be stored as `null`: refused instead of changed. */
 const UNSTORABLE_NUMBER_PROBLEM = "numbers must be within double precision (at most about 1.8e308)"
+/**
+ * `JSON.parse` makes `__proto__` an own key, but every object rebuilt on the way (a schema's output,
+ * a redacted delivery payload, a msgpack cluster call) drops or renames it.
+ */
+const PROTO_KEY = "__proto__"
+const PROTO_KEY_PROBLEM = "must not use __proto__ as a key"
 
 /** A value of a JSON document that would not be stored as sent: where it is, and why. */
 export interface Unstorable {
@@ -14,8 +20,9 @@ export interface Unstorable {
 const at = (step: string | number, inner: Unstorable): Unstorable => ({ path: [step, ...inner.path], problem: inner.problem })
 
 /**
- * The first value in a JSON document that PostgreSQL cannot store as sent: a string (or key) with
- * U+0000 or an unpaired surrogate, or a number beyond double precision. Undefined when there is none.
+ * The first value in a JSON document that would not be stored as sent: a string (or key) with
+ * U+0000 or an unpaired surrogate (PostgreSQL stores neither), a number beyond double precision, or
+ * a `__proto__` key. Undefined when there is none.
  */
 export const findUnstorable = (value: unknown): Unstorable | undefined => {
   if (typeof value === "string") return UNSTORABLE_TEXT.test(value) ? { path: [], problem: UNSTORABLE_PROBLEM } : undefined
@@ -30,6 +37,7 @@ export const findUnstorable = (value: unknown): Unstorable | undefined => {
   if (typeof value !== "object" || value === null) return undefined
   for (const [key, item] of Object.entries(value)) {
     if (UNSTORABLE_TEXT.test(key)) return { path: [key], problem: UNSTORABLE_PROBLEM }
+    if (key === PROTO_KEY) return { path: [key], problem: PROTO_KEY_PROBLEM }
     const inner = findUnstorable(item)
     if (inner !== undefined) return at(key, inner)
   }
