@@ -286,7 +286,7 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
       // waits for the conversation's row first, and if it cannot, that draft's outcome is unknown.
       const late = commands.some((c) => c.deadline < now)
       const lookup = late
-        ? store.findSettled(conversationId, ids, keys)
+        ? store.findSettled(current.tenant_id, conversationId, ids, keys)
         : store.findExisting(conversationId, ids, keys)
       return Effect.flatMap(Effect.either(readFor(commands, lookup)), (existing) =>
         Either.isLeft(existing)

@@ -4,7 +4,7 @@ import { Effect, Schedule } from "effect"
 import { insertChannel, insertConversation } from "./support/Fixtures.js"
 import { deliver } from "./support/LoadClient.js"
 import { spawnNode } from "./support/NodeProcess.js"
-import { query, serverUrl, TestDatabase } from "./support/TestDatabase.js"
+import { holdConversationRow, query, serverUrl, TestDatabase } from "./support/TestDatabase.js"
 import { createTenant, TestNode, TestNodeLive } from "./support/TestNode.js"
 
 /**
@@ -69,6 +69,52 @@ describe.skipIf(serverUrl === undefined)("tenant isolation across nodes", () => 
         // And nothing was stored for the attacker.
         const rows = yield* query<{ n: string }>("SELECT count(*) AS n FROM activities WHERE tenant_id = $1", [attacker.id])
         expect(Number(rows[0]!.n)).toBe(0)
+      }).pipe(Effect.scoped), { timeout: 120_000 })
+
+    it.effect("another tenant's conversation is settled like an unknown one, even while a write of it is in flight", () =>
+      Effect.gen(function*() {
+        const db = yield* TestDatabase
+        const peer = yield* spawnNode("peer", { DATABASE_URL: db.url!, DRAIN_MAX_MS: "15000", ...clusterEnv })
+        const self = yield* TestNode
+        const victim = yield* createTenant()
+        const attacker = yield* createTenant()
+        const channel = yield* insertChannel(victim.id)
+        const ownedByPeer = (id: string) =>
+          Effect.flatMap(ownerPort(id), (port) => (port === peer.runnerPort ? Effect.succeed(id) : Effect.fail("owned here")))
+        // A conversation of the victim, and an id nobody stored, both owned by the peer.
+        const conversationId = yield* Effect.gen(function*() {
+          const id = yield* insertConversation(victim.id, channel.id)
+          yield* deliver(() => [self.baseUrl], victim.api_key, id, "warm", 0)
+          return yield* ownedByPeer(id)
+        }).pipe(Effect.retry({ times: 50, schedule: Schedule.spaced("200 millis") }), Effect.orDie)
+        const unknownId = yield* Effect.suspend(() => ownedByPeer(crypto.randomUUID())).pipe(
+          Effect.retry({ times: 200 }),
+          Effect.orDie
+        )
+
+        // A write of the victim's conversation is in flight (its row is held, its commit pending) while
+        // the owner stops answering; the attacker's appends through this node are settled meanwhile.
+        yield* holdConversationRow(conversationId)
+        peer.child.kill("SIGSTOP")
+        yield* Effect.addFinalizer(() => Effect.sync(() => peer.child.kill("SIGCONT")))
+        const post = (id: string) =>
+          Effect.promise(() =>
+            fetch(`${self.baseUrl}/api/v1/conversations/${id}/activities`, {
+              method: "POST",
+              headers: { "x-api-key": attacker.api_key, "x-idempotency-key": "k-1", "content-type": "application/json" },
+              body: JSON.stringify({ text: "probe" })
+            }).then(async (r) => ({ status: r.status, body: await r.json() }))
+          )
+        const [foreign, unknown] = yield* Effect.all([post(conversationId), post(unknownId)], { concurrency: 2 })
+        // The victim's conversation is answered exactly as one that does not exist: its existence
+        // (and that it is being written) does not show.
+        const shape = (reply: { status: number; body: any }) => ({
+          status: reply.status,
+          code: reply.body?.error?.code,
+          details: { ...reply.body?.error?.details, retry_after_ms: undefined }
+        })
+        expect(shape(unknown)).toMatchObject({ status: 503, code: "unavailable" })
+        expect(shape(foreign)).toEqual(shape(unknown))
       }).pipe(Effect.scoped), { timeout: 120_000 })
   })
 })

@@ -359,18 +359,41 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
     const findExisting = (conversationId: string, ids: ReadonlyArray<string>, keys: ReadonlyArray<string>) =>
       findActivities({ conversationId, ids, keys })
 
+    const findTenantActivities = SqlSchema.findAll({
+      Request: Schema.Struct({
+        tenantId: Schema.String,
+        conversationId: Schema.String,
+        ids: Schema.Array(Schema.String),
+        keys: Schema.Array(Schema.String)
+      }),
+      Result: ActivityFromRow,
+      execute: ({ conversationId, ids, keys, tenantId }) =>
+        sql`SELECT ${sql.literal(ACTIVITY_COLUMNS)} FROM activities
+            WHERE conversation_id = ${conversationId} AND tenant_id = ${tenantId}
+              AND (id = ANY(${ids}::uuid[]) OR idempotency_key = ANY(${keys}::text[]))`
+    })
+
     /**
-     * `findExisting` once no write of the conversation is in flight. A write holds the conversation's
-     * row from its head update to its commit, so waiting for that row first makes visible a commit
-     * PostgreSQL was still holding up (a stalled WAL flush); past `IN_FLIGHT_WAIT_MS` this fails,
-     * and the outcome of such a write is not known yet.
+     * `findExisting` once no write of the conversation is in flight, within the tenant's own rows: a
+     * caller not yet checked against the conversation (an append whose answer was lost) neither waits
+     * on another tenant's conversation nor sees its activities, so it is answered as for a missing one.
+     * A write holds the conversation's row from its head update to its commit, so waiting for that row
+     * first makes visible a commit PostgreSQL was still holding up (a stalled WAL flush); past
+     * `IN_FLIGHT_WAIT_MS` this fails, and the outcome of such a write is not known yet.
      */
-    const findSettled = (conversationId: string, ids: ReadonlyArray<string>, keys: ReadonlyArray<string>) =>
+    const findSettled = (
+      tenantId: string,
+      conversationId: string,
+      ids: ReadonlyArray<string>,
+      keys: ReadonlyArray<string>
+    ) =>
       inTransaction(sql)(
         sql`SELECT set_config('lock_timeout', ${`${IN_FLIGHT_WAIT_MS}ms`}, true)`.pipe(
-          Effect.zipRight(sql`SELECT 1 FROM conversations WHERE id = ${conversationId} FOR SHARE`),
+          Effect.zipRight(
+            sql`SELECT 1 FROM conversations WHERE id = ${conversationId} AND tenant_id = ${tenantId} FOR SHARE`
+          ),
           // A statement of its own: its snapshot is taken after the wait.
-          Effect.zipRight(findActivities({ conversationId, ids, keys }))
+          Effect.zipRight(findTenantActivities({ tenantId, conversationId, ids, keys }))
         )
       )
 

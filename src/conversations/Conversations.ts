@@ -82,7 +82,11 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
       Effect.suspend(() => Effect.sleep(Math.max(0, request.deadline + WRITE_SETTLED_AFTER_MS - Date.now()))).pipe(
         Effect.zipRight(
           // By the key too: a retry's own draft is new, and the append its key names may be stored.
+          // Within the caller's tenant: the conversation was never checked against it (the entity does
+          // that, and its answer is what was lost). Another tenant's conversation, its activities under
+          // the same key and a write of it in flight are then as unknown as a missing conversation.
           store.findSettled(
+            request.tenantId,
             conversationId,
             [request.draft.id],
             request.draft.idempotency_key === null ? [] : [request.draft.idempotency_key]
@@ -92,11 +96,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
             // A database that answers nothing for a moment: another look, within the budget.
             Effect.retry(Schedule.spaced(SETTLE_LOOKUP_PAUSE_MS)),
             (lookUps) => answerWithin(lookUps, SETTLE_LOOKUP_BUDGET_MS, () => "slow" as const),
-            Effect.option,
-            // Only the caller's own activity can be its append. The conversation was never checked
-            // against the caller's tenant (the entity does that, and its answer is what was lost):
-            // another tenant's activity under the same key is not the caller's, nor its to see.
-            Effect.map(Option.map((rows) => rows.filter((activity) => activity.tenant_id === request.tenantId)))
+            Effect.option
           )
         ),
         // Rare (a node lost, a write's connection broken): worth a line for whoever looks into it.
