@@ -183,10 +183,6 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
       let deadline = Infinity
 
       for (const command of commands) {
-        if (command.tenantId !== current.tenant_id) {
-          ;(command.done as StatusDone)(Exit.fail(new NotFound({ message: `conversation ${conversationId} not found` })))
-          continue
-        }
         if (command._tag === "Append") {
           const { draft } = command
           const key = draft.idempotency_key
@@ -267,8 +263,18 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
       )
     }
 
-    /** Decides on the conversation as loaded, looking up first what may be stored already, and writes. */
-    const decideAndWrite = (commands: ReadonlyArray<Command>, current: ConversationState, attempt: number) => {
+    /**
+     * Decides on the conversation as loaded, looking up first what may be stored already, and writes.
+     * Another tenant's commands are answered 404 before anything is looked up, so a failing look-up
+     * cannot tell them the conversation exists.
+     */
+    const decideAndWrite = (all: ReadonlyArray<Command>, current: ConversationState, attempt: number) => {
+      const ours = (command: Command) => command.tenantId === current.tenant_id
+      const commands = all.every(ours) ? all : all.filter((command) => {
+        if (ours(command)) return true
+        ;(command.done as StatusDone)(Exit.fail(new NotFound({ message: `conversation ${conversationId} not found` })))
+        return false
+      })
       // The first attempt on an open conversation writes without looking: the write refuses a group
       // whose key is stored (KeyTaken) or whose draft id is (a crash re-send), and the retry looks
       // both up. A conversation that is or may become closed in this round writes no append, so a

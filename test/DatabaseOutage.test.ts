@@ -271,5 +271,26 @@ describe.skipIf(serverUrl === undefined)("database outage", () => {
       const stored = yield* storedActivities(node.baseUrl, key, conversationId)
       expect(stored.map((a) => a.text)).toEqual(["in limbo"])
     }))
-})
 
+  // The look-up of what a round's appends may have stored stalls (an append to a closed conversation
+  // always looks): another tenant's append is answered before it, as for a conversation that does
+  // not exist, so the stall cannot tell it the conversation exists.
+  outageTest("another tenant's append is 404 before the round looks anything up, whatever the database does then",
+    Effect.gen(function*() {
+      const { conversationId, key, node, proxy } = yield* seededNodeBehindProxy
+      const other = yield* seedConversation(node.baseUrl)
+      const closed = yield* call(node.baseUrl, "POST", `/api/v1/conversations/${conversationId}/close`, { "x-api-key": key })
+      expect(closed.status).toBe(200)
+      proxy.holdFrom("idempotency_key = ANY(")
+      const foreign = yield* postText(node.baseUrl, other.key, conversationId, "probe")
+      expect(foreign.status).toBe(404)
+      expect(foreign.code).toBe("not_found")
+      // The look-up was never sent: nothing was held, and the hold stays armed.
+      expect(proxy.release()).toBe(false)
+      // The owner's own append to its closed conversation does look (the hold catches that look-up,
+      // so it is the statement the foreign append never reached): 503, nothing was stored.
+      const own = yield* postText(node.baseUrl, key, conversationId, "late")
+      expect(own.status).toBe(503)
+      expect(proxy.release()).toBe(true)
+    }))
+})
