@@ -1,6 +1,6 @@
 import { Sharding } from "@effect/cluster"
 import { expect, layer } from "@effect/vitest"
-import { Chunk, Context, Deferred, Effect, Fiber, Layer, Schedule, Stream } from "effect"
+import { Chunk, Context, Deferred, Effect, Fiber, Layer, Logger, LogLevel, Schedule, Stream } from "effect"
 import { ConversationEntity } from "../cluster/ConversationEntity.js"
 import type { Activity } from "../src/domain/Activity.js"
 import { LIVE_BUFFER } from "../src/conversations/SeqFollower.js"
@@ -170,12 +170,21 @@ layer(TestNodeLive(), { excludeTestServices: true })("node-local hub", (it) => {
       const hub = yield* hubWithFirstSubscribe(upstreams, (again) => Stream.concat(again().pipe(Stream.take(2)), again()))
       const { conversationId, key } = yield* tenantWithConversation
       const path = `/conversations/${conversationId}/activities`
-      const listener = yield* hub.subscribe(conversationId, 0).pipe(Stream.take(3), Stream.runCollect, Effect.fork)
+      // The follower is forked from the listener's stream, so it logs to the listener's loggers.
+      const logged: Array<string> = []
+      const collector = Logger.make(({ message }) => logged.push(String(message)))
+      const listener = yield* hub.subscribe(conversationId, 0).pipe(
+        Stream.take(3),
+        Stream.runCollect,
+        Effect.fork,
+        Effect.provide(Layer.merge(Logger.add(collector), Logger.minimumLogLevel(LogLevel.Info)))
+      )
       yield* eventually("the first subscribe", () => upstreams.length === 1)
       yield* tenantApi(key, "POST", path, { text: "m1" })
       yield* tenantApi(key, "POST", path, { text: "m2" })
       yield* eventually("a subscribe from what the topic published", () => upstreams.length >= 2)
       expect(upstreams.map((upstream) => upstream.fromSeq)).toEqual([0, 2])
+      expect(logged.filter((line) => line.includes("re-sent from its start"))).toHaveLength(1)
       // The replay went no further than its first activity.
       expect(upstreams[0]!.delivered).toEqual([1, 2, 1])
       yield* tenantApi(key, "POST", path, { text: "m3" })

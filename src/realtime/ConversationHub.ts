@@ -92,6 +92,14 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
             )
           )
         ),
+        // Worth a line: it follows an owner's crash, and the fan-out pauses until the resubscribe.
+        Effect.tapError((error) =>
+          error instanceof UpstreamResent
+            ? Effect.logInfo("live fan-out upstream re-sent from its start, resubscribed from what was published").pipe(
+              Effect.annotateLogs("conversation_id", conversationId)
+            )
+            : Effect.void
+        ),
         // Ended (handoff) or failed (crash, timeout): catch up from the table, then follow again.
         Effect.catchAllCause(() => Effect.void),
         Effect.zipRight(fillFromTable(conversationId, topic).pipe(Effect.catchAllCause(() => Effect.void))),
