@@ -293,4 +293,32 @@ describe.skipIf(serverUrl === undefined)("database outage", () => {
       expect(own.status).toBe(503)
       expect(proxy.release()).toBe(true)
     }))
+
+  // The body of a transaction refuses the request (a stale If-Match), and its ROLLBACK is held up on
+  // the way until it times out: nothing was written either way, so the refusal is the answer, not a
+  // 503 that would have the client retry a request that can only be refused again.
+  outageTest("a refusal inside a transaction whose ROLLBACK fails is still the refusal (412), and nothing changed",
+    Effect.gen(function*() {
+      const { node, proxy } = yield* nodeBehindProxy({ DATABASE_STATEMENT_TIMEOUT_MS: "2500" })
+      const { key } = yield* seedConversation(node.baseUrl)
+      const created = yield* call(node.baseUrl, "POST", "/api/v1/manage/channels", { "x-api-key": key }, {
+        channel: { name: "kept", type: "websocket" }
+      })
+      const channelId = (created.data as { id: string }).id
+      proxy.holdFrom(channelId, "ROLLBACK")
+      const refused = yield* call(node.baseUrl, "DELETE", `/api/v1/manage/channels/${channelId}`, {
+        "x-api-key": key,
+        "if-match": `"stale"`
+      })
+      expect(refused.status).toBe(412)
+      expect(refused.code).toBe("precondition_failed")
+      // The ROLLBACK was sent and held until it timed out (what the 503 used to answer).
+      expect(proxy.release()).toBe(true)
+      const kept = yield* call(node.baseUrl, "GET", `/api/v1/manage/channels/${channelId}`, { "x-api-key": key }).pipe(
+        Effect.filterOrFail((answer) => answer.status !== 503, () => "not yet"),
+        Effect.retry(Schedule.spaced("500 millis").pipe(Schedule.upTo("20 seconds"))),
+        Effect.orDie
+      )
+      expect(kept.status).toBe(200)
+    }))
 })
