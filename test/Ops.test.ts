@@ -2,6 +2,7 @@ import { describe, expect, it, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { admin, request, TestNodeLive } from "./support/TestNode.js"
 import { serverUrl } from "./support/TestDatabase.js"
+import { Lifecycle } from "../src/ops/Lifecycle.js"
 import { poolCheck } from "../src/ops/Readiness.js"
 
 const METRICS_TOKEN = "metrics-token-for-tests"
@@ -105,4 +106,27 @@ describe("readiness pool check", () => {
     expect(poolCheck(50, 20)).toBe("error")
     expect(poolCheck(60_000, 0)).toBe("ok")
   })
+})
+
+layer(TestNodeLive(), { excludeTestServices: true })("probes and metrics while draining", (it) => {
+  it.effect("readiness is 503 draining with its reasons and every check; liveness stays 200; parley_draining is 1", () =>
+    Effect.gen(function*() {
+      yield* Effect.flatMap(Lifecycle, (lifecycle) => lifecycle.startDrain)
+      const ready = yield* request("GET", "/health/ready", { headers: { "x-request-id": "ready-1" } })
+      expect(ready.status).toBe(503)
+      expect(ready.body).toEqual({
+        status: "draining",
+        reasons: ["draining"],
+        checks: { database: "ok", job_runner: "ok", draining: "error", migrations: "ok", pool: "ok" }
+      })
+      expect(ready.headers.get("x-request-id")).toBe("ready-1")
+      expect(ready.headers.get("connection")).toBe("close")
+
+      const live = yield* request("GET", "/health/live")
+      expect(live.status).toBe(200)
+      expect(live.body).toEqual({ status: "ok" })
+
+      const metrics = yield* request("GET", "/metrics")
+      expect(samples(metrics.body as string, "parley_draining")).toEqual(["parley_draining 1"])
+    }))
 })

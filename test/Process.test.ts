@@ -42,13 +42,13 @@ const adminCall = (baseUrl: string, method: string, path: string, body?: unknown
   })
 
 /**
- * Sends SIGTERM to `npm start` (as an orchestrator does to the container's first process) and
- * records what readiness answers until nothing answers any more. Waits for the exit, at most
- * `drainMaxMs` and a little for npm itself to finish.
+ * Sends SIGTERM (as an orchestrator does to the container's first process) or SIGINT (Ctrl-C) to
+ * `npm start` and records what readiness answers until nothing answers any more. Waits for the
+ * exit, at most `drainMaxMs` and a little for npm itself to finish.
  */
-const stopAndWatch = (child: Child, baseUrl: string, drainMaxMs: number) =>
+const stopAndWatch = (child: Child, baseUrl: string, drainMaxMs: number, signal: "SIGTERM" | "SIGINT" = "SIGTERM") =>
   Effect.gen(function*() {
-    child.process.kill("SIGTERM")
+    child.process.kill(signal)
     const seen: Array<string> = []
     while (child.process.exitCode === null) {
       const answer = yield* readiness(baseUrl)
@@ -71,7 +71,7 @@ const TempDir = Effect.acquireRelease(
 
 describe("the node as a process", () => {
   it.live(
-    "npm start runs on the embedded database, drains on SIGTERM, exits 0 and keeps its data",
+    "npm start runs on the embedded database, drains on SIGTERM and on SIGINT, exits 0 and keeps its data",
     () =>
       Effect.gen(function*() {
         const dataDir = yield* TempDir
@@ -97,7 +97,10 @@ describe("the node as a process", () => {
         const again = yield* adminCall(second.baseUrl, "GET", `/tenants/${id}`)
         expect(again.status).toBe(200)
         expect(again.body.data.name).toBe("Persisted")
-        expect((yield* stopAndWatch(second.child, second.baseUrl, 10000)).code).toBe(0)
+        // SIGINT drains the same way (CONTRACT.md §1).
+        const interrupted = yield* stopAndWatch(second.child, second.baseUrl, 10000, "SIGINT")
+        expect(interrupted.code).toBe(0)
+        expect(interrupted.seen).toContain("503 draining (connection: close)")
       }).pipe(Effect.scoped),
     120_000
   )
