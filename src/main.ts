@@ -17,12 +17,21 @@ const problems = (error: ConfigError.ConfigError): ReadonlyArray<string> => {
   }
 }
 
-/** After a stop signal the process exits within `DRAIN_MAX_MS`, whatever is still open. */
+/**
+ * After a stop signal the process exits within `DRAIN_MAX_MS`, whatever is still open. The listeners
+ * stay for good: `runMain` listens for the first signal only, and a repeated one (a supervisor
+ * sending it again) would otherwise end the process mid-drain with 143 or 130 instead of 0.
+ */
 const armDrainDeadline = Effect.gen(function*() {
   const { drainMaxMs } = yield* AppConfig
-  const arm = () => setTimeout(() => process.exit(0), drainMaxMs).unref()
-  process.once("SIGTERM", arm)
-  process.once("SIGINT", arm)
+  let armed = false
+  const arm = () => {
+    if (armed) return
+    armed = true
+    setTimeout(() => process.exit(0), drainMaxMs).unref()
+  }
+  process.on("SIGTERM", arm)
+  process.on("SIGINT", arm)
 })
 
 const program = Effect.gen(function*() {
