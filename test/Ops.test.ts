@@ -24,7 +24,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("health probes and metrics"
       expect(reply.status).toBe(200)
       expect(reply.body).toEqual({
         status: "ready",
-        checks: { database: "ok", job_runner: "ok", draining: "ok", migrations: "ok", pool: "ok" }
+        checks: { database: "ok", oban: "ok", draining: "ok", migrations: "ok", pool: "ok" }
       })
     }))
 
@@ -117,7 +117,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("probes and metrics while d
       expect(ready.body).toEqual({
         status: "draining",
         reasons: ["draining"],
-        checks: { database: "ok", job_runner: "ok", draining: "error", migrations: "ok", pool: "ok" }
+        checks: { database: "ok", oban: "ok", draining: "error", migrations: "ok", pool: "ok" }
       })
       expect(ready.headers.get("x-request-id")).toBe("ready-1")
       expect(ready.headers.get("connection")).toBe("close")

@@ -13,7 +13,7 @@ export interface ReadinessReport {
   readonly status: "ready" | "draining" | "degraded" | "unavailable"
   readonly checks: {
     readonly database: Check
-    readonly job_runner: Check
+    readonly oban: Check
     readonly draining: Check
     readonly migrations: Check
     readonly pool: Check
@@ -67,7 +67,8 @@ export class Readiness extends Effect.Service<Readiness>()("parley/Readiness", {
       ], { concurrency: "unbounded" })
       const checks = {
         database,
-        job_runner: running ? "ok" : "error",
+        // server-apis.md names the job-runner check `oban`.
+        oban: running ? "ok" : "error",
         draining: draining ? "error" : "ok",
         migrations: migrationsCheck,
         pool: poolCheck(pool.averageWaitMs(POOL_WINDOW_MS), readinessPoolWaitMs)
