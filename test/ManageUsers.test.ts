@@ -260,6 +260,17 @@ layer(TestNodeLive(), { excludeTestServices: true })("management API: users", (i
         expect(audit[2]!.changes).toEqual({ name: null, role: "viewer" })
       }))
 
+    it.effect("password is ignored on update whatever its JSON type, as server-apis.md says", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const { user } = yield* createUser(tenant.api_key)
+        for (const [method, password] of [["PATCH", 12345], ["PUT", { a: 1 }], ["PATCH", null]] as const) {
+          const reply = yield* manage(tenant.api_key, method, `/users/${user.id}`, { user: { name: `n-${method}`, password } })
+          expect(reply.status, JSON.stringify(reply.body)).toBe(200)
+          expect(reply.body.data.name).toBe(`n-${method}`)
+        }
+      }))
+
     stored("an invalid field rejects the whole update", () =>
       Effect.gen(function*() {
         const tenant = yield* createTenant()

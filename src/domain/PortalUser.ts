@@ -30,3 +30,10 @@ export const UserInput = Schema.Struct({
   status: Schema.optional(Schema.String)
 })
 export type UserInput = typeof UserInput.Type
+
+/**
+ * What a client may send to change a user: `password` is not a field here, so it is dropped like any
+ * unknown field, whatever its JSON type (server-apis.md: `password` ignored on PUT and PATCH).
+ */
+export const UserChange = UserInput.omit("password")
+export type UserChange = typeof UserChange.Type

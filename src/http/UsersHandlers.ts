@@ -1,6 +1,6 @@
 import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Effect, Option } from "effect"
-import type { UserInput } from "../domain/PortalUser.js"
+import type { UserChange } from "../domain/PortalUser.js"
 import { PortalUsers } from "../tenants/PortalUsers.js"
 import { CurrentCredential, keyGoneWithTenant } from "./TenantAuth.js"
 import { withETag } from "./ETag.js"
@@ -13,7 +13,7 @@ export const UsersHandlers = HttpApiBuilder.group(ParleyApi, "users", (handlers)
     const update = ({ headers, path, payload }: {
       readonly path: { readonly id: string }
       readonly headers: { readonly "if-match"?: string | undefined }
-      readonly payload: { readonly user: UserInput }
+      readonly payload: { readonly user: UserChange }
     }) =>
       CurrentCredential.pipe(
         Effect.flatMap((credential) =>

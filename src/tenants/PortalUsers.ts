@@ -9,7 +9,7 @@ import { ParentRows } from "../db/ParentRows.js"
 import { orUnavailable } from "../db/SqlFailure.js"
 import { inTransaction } from "../db/Transaction.js"
 import { NotFound, ValidationFailed } from "../domain/ApiError.js"
-import { PortalUser, type UserInput, UserRole, UserStatus } from "../domain/PortalUser.js"
+import { PortalUser, type UserChange, type UserInput, UserRole, UserStatus } from "../domain/PortalUser.js"
 import { isNameTooLong, NAME_TOO_LONG, Problems } from "../domain/Problems.js"
 import { checkIfMatch, etagOf } from "../domain/Version.js"
 
@@ -38,7 +38,7 @@ type UserPatch = {
 }
 
 /** Checks the fields that were sent (`email` is required on create) and collects their values. */
-const validate = (input: UserInput, creating: boolean, problems: Problems): UserPatch => {
+const validate = (input: UserChange, creating: boolean, problems: Problems): UserPatch => {
   const patch: UserPatch = {}
   if (input.email !== undefined || creating) {
     const email = input.email?.trim() ?? ""
@@ -168,10 +168,10 @@ export class PortalUsers extends Effect.Service<PortalUsers>()("parley/PortalUse
     const get = (tenantId: string, id: string) => load(tenantId, id, false).pipe(orUnavailable)
 
     /**
-     * Sets the sent fields (PUT and PATCH alike; `password` is ignored) after the `If-Match` check.
+     * Sets the sent fields (PUT and PATCH alike; a change has no `password`) after the `If-Match` check.
      * Turning a user `inactive` ends its sessions in the same transaction.
      */
-    const update = (tenantId: string, id: string, input: UserInput, ifMatch: Option.Option<string>, actor: Actor) =>
+    const update = (tenantId: string, id: string, input: UserChange, ifMatch: Option.Option<string>, actor: Actor) =>
       Effect.gen(function*() {
         const problems = new Problems()
         const patch = validate(input, false, problems)
