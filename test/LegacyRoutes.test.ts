@@ -438,6 +438,19 @@ layer(
         expectDeprecated(listed)
       }))
 
+    it.effect("an empty x-api-key beside a channel token is no key: the token decides, as without the header", () =>
+      Effect.gen(function*() {
+        const { channel, conversationId } = yield* tenantWithConversation
+        const headers = { "x-api-key": "", "x-channel-token": channel.secret }
+        const appended = yield* request("POST", `/api/v1/conversations/${conversationId}/activities`, { headers, body: { text: "token" } })
+        expect(appended.status).toBe(201)
+        expect(appended.body.data).toMatchObject({ text: "token", seq: 1 })
+        expectError(yield* request("GET", "/api/v1/conversations", { headers }), 403, "forbidden")
+        expectError(yield* request("GET", "/api/v1/manage/channels", { headers }), 403, "forbidden")
+        // Without a channel token an empty key is still a missing one.
+        expectError(yield* request("GET", "/api/v1/manage/channels", { headers: { "x-api-key": "" } }), 401, "unauthorized")
+      }))
+
     it.effect("a key-authenticated request carries no deprecation headers", () =>
       Effect.gen(function*() {
         const tenant = yield* createTenant()

@@ -84,6 +84,15 @@ export const credentialForApiKey = (
           actor: { type: "tenant_api", id: key.value.kind === "primary" ? key.value.tenantId : key.value.id }
         }))
 
+/**
+ * A request authenticated by its channel token: one without an API key (an empty `x-api-key` is
+ * none, as `credentialForApiKey` reads it) that carries `x-channel-token`.
+ */
+const byChannelToken = (request: HttpServerRequest.HttpServerRequest) => {
+  const apiKey = request.headers["x-api-key"]
+  return (apiKey === undefined || apiKey === "") && request.headers["x-channel-token"] !== undefined
+}
+
 const authenticate = (keys: ApiKeys) =>
   Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => credentialForApiKey(keys, request.headers["x-api-key"]))
 
@@ -95,7 +104,7 @@ export const ManageAuthLive = Layer.effect(
       apiKey: () =>
         Effect.gen(function*() {
           const request = yield* HttpServerRequest.HttpServerRequest
-          if (request.headers["x-api-key"] === undefined && request.headers["x-channel-token"] !== undefined) {
+          if (byChannelToken(request)) {
             return yield* new Forbidden({ message: "the management API does not accept channel tokens" })
           }
           const credential = yield* authenticate(keys)
@@ -159,7 +168,7 @@ export const TenantAuthLive = Layer.effect(
         Effect.gen(function*() {
           const request = yield* HttpServerRequest.HttpServerRequest
           const channelToken = request.headers["x-channel-token"]
-          return request.headers["x-api-key"] === undefined && channelToken !== undefined
+          return byChannelToken(request) && channelToken !== undefined
             ? yield* authenticateChannelToken(tokens, channelToken)
             : yield* authenticate(keys)
         })
@@ -175,7 +184,7 @@ export const TenantKeyAuthLive = Layer.effect(
       apiKey: () =>
         Effect.gen(function*() {
           const request = yield* HttpServerRequest.HttpServerRequest
-          if (request.headers["x-api-key"] === undefined && request.headers["x-channel-token"] !== undefined) {
+          if (byChannelToken(request)) {
             return yield* new Forbidden({ message: "this route does not accept channel tokens" })
           }
           return yield* authenticate(keys)
