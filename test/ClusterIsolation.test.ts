@@ -31,41 +31,61 @@ const ownerPort = (conversationId: string) =>
     return Number(rows[0]?.application_name.split(":").pop())
   })
 
+/**
+ * A second node (the peer), a victim and an attacker tenant, and a conversation of the victim that
+ * the peer owns (it takes its shards a few seconds after starting).
+ */
+const victimConversationOnPeer = Effect.gen(function*() {
+  const db = yield* TestDatabase
+  const peer = yield* spawnNode("peer", { DATABASE_URL: db.url!, DRAIN_MAX_MS: "15000", ...clusterEnv })
+  const self = yield* TestNode
+  const victim = yield* createTenant()
+  const attacker = yield* createTenant()
+  const channel = yield* insertChannel(victim.id)
+  const ownedByPeer = (id: string) =>
+    Effect.flatMap(ownerPort(id), (port) => (port === peer.runnerPort ? Effect.succeed(id) : Effect.fail("owned here")))
+  const conversationId = yield* Effect.gen(function*() {
+    const id = yield* insertConversation(victim.id, channel.id)
+    yield* deliver(() => [self.baseUrl], victim.api_key, id, "warm", 0)
+    return yield* ownedByPeer(id)
+  }).pipe(Effect.retry({ times: 50, schedule: Schedule.spaced("200 millis") }), Effect.orDie)
+  /** The owner stops answering (frozen) until the test's scope closes. */
+  const freezePeer = Effect.zipRight(
+    Effect.sync(() => peer.child.kill("SIGSTOP")),
+    Effect.addFinalizer(() => Effect.sync(() => peer.child.kill("SIGCONT")))
+  )
+  /** The attacker's append to conversation `id` through this node, with an idempotency key. */
+  const attackerPosts = (id: string, idempotencyKey: string) =>
+    Effect.promise(() =>
+      fetch(`${self.baseUrl}/api/v1/conversations/${id}/activities`, {
+        method: "POST",
+        headers: { "x-api-key": attacker.api_key, "x-idempotency-key": idempotencyKey, "content-type": "application/json" },
+        body: JSON.stringify({ text: "probe" })
+      }).then(async (r) => ({ status: r.status, text: await r.text() }))
+    )
+  return { self, victim, attacker, conversationId, ownedByPeer, freezePeer, attackerPosts }
+})
+
+interface ErrorBody {
+  readonly error?: { readonly code?: string; readonly details?: Record<string, unknown> | null }
+}
+
 describe.skipIf(serverUrl === undefined)("tenant isolation across nodes", () => {
   layer(TestNodeLive(clusterEnv), { excludeTestServices: true })("two nodes on one database", (it) => {
     it.effect("an append to another tenant's conversation whose owner does not answer never answers with that tenant's activity", () =>
       Effect.gen(function*() {
-        const db = yield* TestDatabase
-        const peer = yield* spawnNode("peer", { DATABASE_URL: db.url!, DRAIN_MAX_MS: "15000", ...clusterEnv })
-        const self = yield* TestNode
-        const victim = yield* createTenant()
-        const attacker = yield* createTenant()
-        const channel = yield* insertChannel(victim.id)
-        // A conversation of the victim that the peer owns (it takes its shards a few seconds after starting).
-        const conversationId = yield* Effect.gen(function*() {
-          const id = yield* insertConversation(victim.id, channel.id)
-          yield* deliver(() => [self.baseUrl], victim.api_key, id, "warm", 0)
-          const port = yield* ownerPort(id)
-          return port === peer.runnerPort ? id : yield* Effect.fail("owned here")
-        }).pipe(Effect.retry({ times: 50, schedule: Schedule.spaced("200 millis") }), Effect.orDie)
+        const { attacker, attackerPosts, conversationId, freezePeer, self, victim } = yield* victimConversationOnPeer
         const stored = yield* deliver(() => [self.baseUrl], victim.api_key, conversationId, "order-1", 0)
 
-        // The owner stops answering (frozen); the attacker posts to the victim's conversation through
-        // this node with the victim's idempotency key. Its append gets no answer in time and is settled.
-        peer.child.kill("SIGSTOP")
-        yield* Effect.addFinalizer(() => Effect.sync(() => peer.child.kill("SIGCONT")))
-        const reply = yield* Effect.promise(() =>
-          fetch(`${self.baseUrl}/api/v1/conversations/${conversationId}/activities`, {
-            method: "POST",
-            headers: { "x-api-key": attacker.api_key, "x-idempotency-key": "order-1", "content-type": "application/json" },
-            body: JSON.stringify({ text: "probe" })
-          }).then(async (r) => ({ status: r.status, text: await r.text() }))
-        )
+        // The owner stops answering; the attacker posts to the victim's conversation through this
+        // node with the victim's idempotency key. Its append gets no answer in time and is settled.
+        yield* freezePeer
+        const reply = yield* attackerPosts(conversationId, "order-1")
         // Whatever the answer, it is not the victim's activity (nor a success for the attacker).
         expect(reply.text).not.toContain(stored.id)
         expect(reply.text).not.toContain("message order-1")
         expect(reply.status).toBe(503)
-        expect(JSON.parse(reply.text).error.code).toBe("unavailable")
+        expect((JSON.parse(reply.text) as ErrorBody).error?.code).toBe("unavailable")
         // And nothing was stored for the attacker.
         const rows = yield* query<{ n: string }>("SELECT count(*) AS n FROM activities WHERE tenant_id = $1", [attacker.id])
         expect(Number(rows[0]!.n)).toBe(0)
@@ -73,20 +93,8 @@ describe.skipIf(serverUrl === undefined)("tenant isolation across nodes", () => 
 
     it.effect("another tenant's conversation is settled like an unknown one, even while a write of it is in flight", () =>
       Effect.gen(function*() {
-        const db = yield* TestDatabase
-        const peer = yield* spawnNode("peer", { DATABASE_URL: db.url!, DRAIN_MAX_MS: "15000", ...clusterEnv })
-        const self = yield* TestNode
-        const victim = yield* createTenant()
-        const attacker = yield* createTenant()
-        const channel = yield* insertChannel(victim.id)
-        const ownedByPeer = (id: string) =>
-          Effect.flatMap(ownerPort(id), (port) => (port === peer.runnerPort ? Effect.succeed(id) : Effect.fail("owned here")))
-        // A conversation of the victim, and an id nobody stored, both owned by the peer.
-        const conversationId = yield* Effect.gen(function*() {
-          const id = yield* insertConversation(victim.id, channel.id)
-          yield* deliver(() => [self.baseUrl], victim.api_key, id, "warm", 0)
-          return yield* ownedByPeer(id)
-        }).pipe(Effect.retry({ times: 50, schedule: Schedule.spaced("200 millis") }), Effect.orDie)
+        const { attackerPosts, conversationId, freezePeer, ownedByPeer } = yield* victimConversationOnPeer
+        // An id nobody stored, owned by the peer too.
         const unknownId = yield* Effect.suspend(() => ownedByPeer(crypto.randomUUID())).pipe(
           Effect.retry({ times: 200 }),
           Effect.orDie
@@ -95,24 +103,16 @@ describe.skipIf(serverUrl === undefined)("tenant isolation across nodes", () => 
         // A write of the victim's conversation is in flight (its row is held, its commit pending) while
         // the owner stops answering; the attacker's appends through this node are settled meanwhile.
         yield* holdConversationRow(conversationId)
-        peer.child.kill("SIGSTOP")
-        yield* Effect.addFinalizer(() => Effect.sync(() => peer.child.kill("SIGCONT")))
-        const post = (id: string) =>
-          Effect.promise(() =>
-            fetch(`${self.baseUrl}/api/v1/conversations/${id}/activities`, {
-              method: "POST",
-              headers: { "x-api-key": attacker.api_key, "x-idempotency-key": "k-1", "content-type": "application/json" },
-              body: JSON.stringify({ text: "probe" })
-            }).then(async (r) => ({ status: r.status, body: await r.json() }))
-          )
-        const [foreign, unknown] = yield* Effect.all([post(conversationId), post(unknownId)], { concurrency: 2 })
+        yield* freezePeer
+        const [foreign, unknown] = yield* Effect.all([attackerPosts(conversationId, "k-1"), attackerPosts(unknownId, "k-1")], {
+          concurrency: 2
+        })
         // The victim's conversation is answered exactly as one that does not exist: its existence
         // (and that it is being written) does not show.
-        const shape = (reply: { status: number; body: any }) => ({
-          status: reply.status,
-          code: reply.body?.error?.code,
-          details: { ...reply.body?.error?.details, retry_after_ms: undefined }
-        })
+        const shape = (reply: { status: number; text: string }) => {
+          const error = (JSON.parse(reply.text) as ErrorBody).error
+          return { status: reply.status, code: error?.code, details: { ...error?.details, retry_after_ms: undefined } }
+        }
         expect(shape(unknown)).toMatchObject({ status: 503, code: "unavailable" })
         expect(shape(foreign)).toEqual(shape(unknown))
       }).pipe(Effect.scoped), { timeout: 120_000 })
