@@ -34,12 +34,12 @@ const configOf = (limits: object, databaseUrl?: string) =>
   ))))
 
 /** Another node's limiter, on the same database or through `databaseUrl`. */
-const otherLimiter = (databaseUrl?: string) =>
+const otherLimiter = (databaseUrl?: string, limits: object = RATE_LIMITS) =>
   Effect.map(
     Layer.build(
       RateLimiter.Default.pipe(
         Layer.provide(databaseUrl === undefined ? Layer.empty : DatabaseLive),
-        Layer.provide(configOf(RATE_LIMITS, databaseUrl)),
+        Layer.provide(configOf(limits, databaseUrl)),
         Layer.provide(Metrics.Default)
       )
     ),
@@ -183,6 +183,45 @@ layer(TestNodeLive({ RATE_LIMITS: JSON.stringify(RATE_LIMITS) }), {
       )
       expect((yield* written).map((r) => Number(r.count))).toEqual([3])
       proxy.release()
+    }))
+
+  it.scoped.skipIf(serverUrl === undefined)("a decision whose read of the others' count outlasts its window is made in the next window", () =>
+    Effect.gen(function*() {
+      const url = new URL((yield* TestDatabase).url!)
+      const proxy = yield* tcpProxy({ host: url.hostname, port: Number(url.port || 5432) })
+      url.host = `127.0.0.1:${proxy.port}`
+      const scale = 2_000
+      const there = yield* otherLimiter(url.toString(), { login_ip: { limit: 1, scale_ms: scale } })
+      const key = crypto.randomUUID()
+      // A window that still has a second to run: another node has filled it.
+      const windowStart = Math.floor((Date.now() + 1_000) / scale) * scale
+      const windowEnd = windowStart + scale
+      yield* query(
+        "INSERT INTO rate_limit_counters (bucket, key, window_start, window_end, node, count) VALUES ('login_ip', $1, $2, $3, $4, 1)",
+        [key, windowStart, windowEnd, crypto.randomUUID()]
+      )
+      // Late in that window this node sees the key first: it reads the others' count before deciding,
+      // and the read (its database gone quiet) is answered only once the window has ended.
+      yield* Effect.sleep(Math.max(0, windowEnd - 450 - Date.now()))
+      proxy.freeze()
+      const first = yield* Effect.fork(Effect.either(there.consume("login_ip", key, null)))
+      yield* Effect.sleep(Math.max(0, windowEnd + 100 - Date.now()))
+      proxy.restore()
+      // The decision belongs to the window it is made in, which has room: no 429 for the ended one.
+      // And what it accepted counts there: the next request is over the limit of 1.
+      const decisions = [yield* Fiber.join(first), yield* Effect.either(there.consume("login_ip", key, null))]
+      expect(decisions.map((d) => d._tag)).toEqual(["Right", "Left"])
+      // With the database silent, every read outlasts a one-second window: a key seen late in one
+      // is still decided (locally) after one read, not held while the silence lasts.
+      const silent = yield* otherLimiter(url.toString(), { login_ip: { limit: 1, scale_ms: 1_000 } })
+      yield* Effect.sleep(1_500 - (Date.now() % 1_000))
+      proxy.freeze()
+      const decided = yield* Effect.either(silent.consume("login_ip", crypto.randomUUID(), null)).pipe(
+        Effect.timeout("5 seconds"),
+        Effect.option
+      )
+      proxy.restore()
+      expect(Option.map(decided, (d) => d._tag)).toEqual(Option.some("Right"))
     }))
 
   it.effect("a node that first sees a key late in its window learns what the others counted before deciding", () =>

@@ -272,7 +272,7 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
      * deciding, once its window has run for a sync interval: they may have filled the window long
      * before, and waiting for the next sync would let a whole limit through again.
      */
-    const count = (bucket: Bucket, key: string, window: Window): Effect.Effect<void, RateLimited> => {
+    const count = (bucket: Bucket, key: string, window: Window, mayLearn = true): Effect.Effect<void, RateLimited> => {
       const now = Date.now()
       const windowStart = Math.floor(now / window.scale_ms) * window.scale_ms
       const windowEnd = windowStart + window.scale_ms
@@ -283,10 +283,16 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
         slots.set(id, slot)
       }
       const joined = slot
-      if (slot.learning !== undefined || (slot.readAt < lastSyncAt && now - windowStart >= config.rateLimitSyncMs)) {
+      if (mayLearn && (slot.learning !== undefined || (slot.readAt < lastSyncAt && now - windowStart >= config.rateLimitSyncMs))) {
         return learning(joined).pipe(
           Effect.flatMap(Deferred.await),
-          Effect.zipRight(Effect.suspend(() => decide(joined, window.limit)))
+          // The read may outlast the window (up to a second): the event then belongs to the window
+          // it is decided in, not to the ended one (a 429 for it, or a count the new one never sees).
+          // Decided there on what this node knows: with the database silent, every read outlasts a
+          // short window, and waiting again would hold the request for as long as the silence lasts.
+          Effect.zipRight(Effect.suspend(() =>
+            Date.now() < joined.windowEnd ? decide(joined, window.limit) : count(bucket, key, window, false)
+          ))
         )
       }
       return decide(slot, window.limit)
