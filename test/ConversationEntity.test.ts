@@ -295,4 +295,36 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
         expect(yield* storedTexts(conversationId)).toEqual([[1, "first"], [2, "I am here"]])
       })
   )
+
+  it.effect("an expiry is void once an earlier round appended after its idle mark; a later mark closes with reason expired", () =>
+    Effect.gen(function*() {
+      const { conversationId, tenant } = yield* tenantWithConversation
+      const entity = yield* ConversationEntity.client
+      const expire = (idleSince: string) =>
+        entity(conversationId).SetStatus({
+          tenantId: tenant.id,
+          status: "closed",
+          reason: "expired",
+          idleSince,
+          deadline: Date.now() + 5000
+        })
+      const before = new Date().toISOString()
+      yield* Effect.sleep("20 millis")
+      yield* entity(conversationId).Append({ tenantId: tenant.id, draft: messageDraft("after the mark"), deadline: Date.now() + 5000 })
+      // The append's round is over: the expiry is decided on the stored updated_at, not on this round.
+      expect(yield* expire(before)).toEqual({ changed: false })
+      expect(yield* query<{ status: string }>("SELECT status FROM conversations WHERE id = $1", [conversationId]))
+        .toEqual([{ status: "active" }])
+      yield* Effect.sleep("20 millis")
+      expect(yield* expire(new Date().toISOString())).toEqual({ changed: true })
+      const events = yield* query<{ seq: string; sender: string; metadata: unknown }>(
+        "SELECT seq, sender, metadata FROM activities WHERE conversation_id = $1 ORDER BY seq",
+        [conversationId]
+      )
+      expect(events.map((e) => Number(e.seq))).toEqual([1, 2])
+      expect(events[1]).toMatchObject({
+        sender: "system",
+        metadata: { event: "conversation_closed", status: "closed", reason: "expired" }
+      })
+    }))
 })
