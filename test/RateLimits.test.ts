@@ -104,6 +104,22 @@ layer(TestNodeLive({ RATE_LIMITS: JSON.stringify(RATE_LIMITS) }), {
       yield* limiter.consume("token_create", `${ip}0`, null)
     }))
 
+  it.scoped("a tenant override comes before RATE_LIMITS, which comes before the default", () =>
+    Effect.gen(function*() {
+      // A node whose installation sets activity_create to 2 a day (the default is 100 a second); day
+      // windows, so that no window ends during the test.
+      const limiter = yield* otherLimiter(undefined, { activity_create: { limit: 2, scale_ms: 86_400_000 } })
+      const accepted = (tenantId: string) =>
+        Effect.all(
+          Array.from({ length: 6 }, () => Effect.either(limiter.consume("activity_create", tenantId, tenantId))),
+          { concurrency: 1 }
+        ).pipe(Effect.map((decisions) => decisions.filter((d) => d._tag === "Right").length))
+      const plain = yield* createTenant()
+      const overridden = yield* createTenant({ limits: { activity_create: { limit: 4, scale_ms: 86_400_000 } } })
+      expect(yield* accepted(plain.id)).toBe(2)
+      expect(yield* accepted(overridden.id)).toBe(4)
+    }))
+
   it.effect("the default applies without overrides; counts reach the shared table", () =>
     Effect.gen(function*() {
       const limiter = yield* RateLimiter
