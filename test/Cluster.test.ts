@@ -1,4 +1,3 @@
-import { EntityId, Sharding } from "@effect/cluster"
 import { afterAll, describe, expect, layer } from "@effect/vitest"
 import { Chunk, Effect, Fiber, Option, Schedule, Stream } from "effect"
 import Pg from "pg"
@@ -7,6 +6,7 @@ import { insertChannel, insertConversation } from "./support/Fixtures.js"
 import { type Ack, deliver } from "./support/LoadClient.js"
 import { type NodeProcess, spawnNode } from "./support/NodeProcess.js"
 import { query, serverUrl, TestDatabase } from "./support/TestDatabase.js"
+import { ownerPort } from "./support/ShardOwner.js"
 import { createTenant, TestNode, TestNodeLive } from "./support/TestNode.js"
 
 const LOCK_EXPIRATION_MS = "4000"
@@ -22,23 +22,6 @@ const startPeers = Effect.gen(function*() {
   const [a, c] = yield* Effect.all([spawnNode("A", env), spawnNode("C", env)], { concurrency: 2 })
   return { a, c }
 })
-
-/**
- * The runner port holding the shard of a conversation: the node whose connection holds the shard's
- * advisory lock (lock number 1,000,000 + shard for the first shard group); nodes name themselves
- * in `application_name`.
- */
-const ownerPort = (conversationId: string) =>
-  Effect.gen(function*() {
-    const sharding = yield* Sharding.Sharding
-    const shard = sharding.getShardId(EntityId.make(conversationId), "default").id
-    const rows = yield* query<{ application_name: string }>(
-      `SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-       WHERE l.locktype = 'advisory' AND l.granted AND l.objid = $1 AND a.datname = current_database()`,
-      [1_000_000 + shard]
-    )
-    return Number(rows[0]?.application_name.split(":").pop())
-  })
 
 /** Per conversation: seqs 1..n without gap or duplicate, one row per key, every ack stored as acknowledged. */
 const checkStored = (conversationIds: ReadonlyArray<string>, acks: ReadonlyArray<Ack>) =>

@@ -1,10 +1,10 @@
-import { EntityId, Sharding } from "@effect/cluster"
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Schedule } from "effect"
 import { insertChannel, insertConversation } from "./support/Fixtures.js"
 import { deliver } from "./support/LoadClient.js"
 import { spawnNode } from "./support/NodeProcess.js"
 import { holdConversationRow, query, serverUrl, TestDatabase } from "./support/TestDatabase.js"
+import { ownerPort } from "./support/ShardOwner.js"
 import { createTenant, TestNode, TestNodeLive } from "./support/TestNode.js"
 
 /**
@@ -17,19 +17,6 @@ const clusterEnv = {
   CLUSTER_SHARD_LOCK_EXPIRATION_MS: "4000",
   CLUSTER_ENTITY_TERMINATION_TIMEOUT_MS: "2000"
 }
-
-/** The runner port of the node holding a conversation's shard (see test/Cluster.test.ts). */
-const ownerPort = (conversationId: string) =>
-  Effect.gen(function*() {
-    const sharding = yield* Sharding.Sharding
-    const shard = sharding.getShardId(EntityId.make(conversationId), "default").id
-    const rows = yield* query<{ application_name: string }>(
-      `SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-       WHERE l.locktype = 'advisory' AND l.granted AND l.objid = $1 AND a.datname = current_database()`,
-      [1_000_000 + shard]
-    )
-    return Number(rows[0]?.application_name.split(":").pop())
-  })
 
 /**
  * A second node (the peer), a victim and an attacker tenant, and a conversation of the victim that
