@@ -293,7 +293,7 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
       const late = commands.some((c) => c.deadline < now)
       const lookup = late
         ? store.findSettled(current.tenant_id, conversationId, ids, keys)
-        : store.findExisting(conversationId, ids, keys)
+        : store.findExisting(current.tenant_id, conversationId, ids, keys)
       return Effect.flatMap(Effect.either(readFor(commands, lookup)), (existing) =>
         Either.isLeft(existing)
           // Nothing was written now, but a late append may have been before, and so may any

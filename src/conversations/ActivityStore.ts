@@ -344,23 +344,6 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
 
     const findActivities = SqlSchema.findAll({
       Request: Schema.Struct({
-        conversationId: Schema.String,
-        ids: Schema.Array(Schema.String),
-        keys: Schema.Array(Schema.String)
-      }),
-      Result: ActivityFromRow,
-      execute: ({ conversationId, ids, keys }) =>
-        sql`SELECT ${sql.literal(ACTIVITY_COLUMNS)} FROM activities
-            WHERE conversation_id = ${conversationId}
-              AND (id = ANY(${ids}::uuid[]) OR idempotency_key = ANY(${keys}::text[]))`
-    })
-
-    /** Activities of the conversation already stored under any of these ids or idempotency keys. */
-    const findExisting = (conversationId: string, ids: ReadonlyArray<string>, keys: ReadonlyArray<string>) =>
-      findActivities({ conversationId, ids, keys })
-
-    const findTenantActivities = SqlSchema.findAll({
-      Request: Schema.Struct({
         tenantId: Schema.String,
         conversationId: Schema.String,
         ids: Schema.Array(Schema.String),
@@ -372,6 +355,13 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
             WHERE conversation_id = ${conversationId} AND tenant_id = ${tenantId}
               AND (id = ANY(${ids}::uuid[]) OR idempotency_key = ANY(${keys}::text[]))`
     })
+
+    /**
+     * Activities of the tenant's conversation already stored under any of these ids or idempotency
+     * keys (another tenant's conversation has none).
+     */
+    const findExisting = (tenantId: string, conversationId: string, ids: ReadonlyArray<string>, keys: ReadonlyArray<string>) =>
+      findActivities({ tenantId, conversationId, ids, keys })
 
     /**
      * `findExisting` once no write of the conversation is in flight, within the tenant's own rows: a
@@ -393,7 +383,7 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
             sql`SELECT 1 FROM conversations WHERE id = ${conversationId} AND tenant_id = ${tenantId} FOR SHARE`
           ),
           // A statement of its own: its snapshot is taken after the wait.
-          Effect.zipRight(findTenantActivities({ tenantId, conversationId, ids, keys }))
+          Effect.zipRight(findActivities({ tenantId, conversationId, ids, keys }))
         )
       )
 

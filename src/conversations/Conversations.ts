@@ -199,7 +199,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
           if (modifies && target.sender !== checked.sender) return refuse("cannot edit or delete someone else's message")
           if (target.deleted && (checked.type === "messageUpdate" || checked.type === "messageReaction")) {
             const deleted = refuse("the message is deleted: it cannot be edited or reacted to")
-            return key === null ? deleted : store.findExisting(conversationId, [], [key]).pipe(
+            return key === null ? deleted : store.findExisting(tenantId, conversationId, [], [key]).pipe(
               orUnavailable,
               Effect.flatMap((stored) => stored.length > 0 ? Effect.succeed(Option.some(stored[0]!)) : deleted)
             )
@@ -249,7 +249,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
      */
     const storedUnderKey = (scope: ConversationScope, conversationId: string, key: string) =>
       get(scope, conversationId, { channels: false }).pipe(
-        Effect.zipRight(store.findExisting(conversationId.toLowerCase(), [], [key]).pipe(orUnavailable)),
+        Effect.zipRight(store.findExisting(scope.tenantId, conversationId.toLowerCase(), [], [key]).pipe(orUnavailable)),
         Effect.map((found) => Option.fromNullable<Activity>(found[0])),
         Effect.catchTag("NotFound", () => Effect.succeed(Option.none<Activity>()))
       )
