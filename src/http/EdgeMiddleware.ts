@@ -147,8 +147,10 @@ export const EdgeMiddleware = HttpLayerRouter.middleware(
           ? answersOwnBody(request.method, template) ? legacyBodyTooLarge(requestId) : payloadTooLarge(requestId)
           : template === undefined
           ? undefined
-          : Option.getOrUndefined(Option.map(yield* refuseBody(request, template), ({ code, details, message, status }) =>
-            status === 413 ? payloadTooLarge(requestId) : envelopeResponse(status, code, message, details, requestId)))
+          : Option.getOrUndefined(Option.map(yield* refuseBody(request, template), (refusal) =>
+            refusal._tag === "TooLarge"
+              ? payloadTooLarge(requestId)
+              : envelopeResponse(400, "bad_request", refusal.message, null, requestId)))
 
         // Arrived: the body rules have read a JSON body by now, so a slow upload is not counted.
         const arrivedAt = Date.now()

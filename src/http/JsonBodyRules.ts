@@ -9,17 +9,16 @@ import {
   MAX_JSON_BODY_BYTES,
   MAX_JSON_DEPTH,
   nestsDeeperThan,
-  REQUEST_BODY_TOO_DEEP,
-  REQUEST_BODY_TOO_LARGE
+  REQUEST_BODY_TOO_DEEP
 } from "./EdgeRules.js"
 
-/** Why the edge answers a request's body itself, before any route reads it. */
-export interface BodyRefusal {
-  readonly status: number
-  readonly code: string
-  readonly message: string
-  readonly details: Record<string, ReadonlyArray<string>> | null
-}
+/**
+ * Why the edge answers a request's body itself, before any route reads it: a 400 `bad_request`, or
+ * a body over the size limit (answered as a declared length over it is, the connection closed).
+ */
+export type BodyRefusal =
+  | { readonly _tag: "BadRequest"; readonly message: string }
+  | { readonly _tag: "TooLarge" }
 
 /**
  * Whether the body is one HttpApi reads as JSON text: `application/json`, or no content type at
@@ -66,10 +65,8 @@ export const refuseBody = (
   const isApi = template.startsWith("/api/")
   if (isApi && !template.endsWith("/upload") && hasBody(request) && !isReadAsJson(request)) {
     return Effect.succeed(Option.some({
-      status: 400,
-      code: "bad_request",
-      message: "the request body must be JSON (content-type application/json)",
-      details: null
+      _tag: "BadRequest",
+      message: "the request body must be JSON (content-type application/json)"
     }))
   }
   // Nothing to read: most requests (every GET) have no body.
@@ -78,7 +75,7 @@ export const refuseBody = (
     HttpServerRequest.withMaxBodySize(Option.some(MAX_JSON_BODY_BYTES)),
     Effect.map((text): Option.Option<BodyRefusal> =>
       nestsDeeperThan(text, MAX_JSON_DEPTH)
-        ? Option.some({ status: 400, code: "bad_request", message: REQUEST_BODY_TOO_DEEP, details: null })
+        ? Option.some({ _tag: "BadRequest", message: REQUEST_BODY_TOO_DEEP })
         : Option.none()
     ),
     Effect.catchAll((error) =>
@@ -87,13 +84,7 @@ export const refuseBody = (
       // are the route's to answer.
       Effect.succeed(
         error._tag === "RequestError" && isBodyTooLarge(error)
-          ? Option.some<BodyRefusal>({
-            status: 413,
-            code: "payload_too_large",
-            message: REQUEST_BODY_TOO_LARGE,
-            // The edge answers it with `details.max_bytes` and closes the connection.
-            details: null
-          })
+          ? Option.some<BodyRefusal>({ _tag: "TooLarge" })
           : Option.none<BodyRefusal>()
       )
     )
