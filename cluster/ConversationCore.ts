@@ -243,6 +243,10 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
             if ((written.left._tag === "SeqTaken" || written.left._tag === "KeyTaken") && attempt < MAX_CONFLICT_RETRIES) {
               return round(pending, attempt + 1)
             }
+            // Refused for its deadline, the group wrote nothing now; but a re-send (its owner lost)
+            // decided just in time may have been stored by the first owner. Decided again, past
+            // their deadline its commands are looked up: the stored activity, or the 503 as before.
+            if (written.left._tag === "TooLate" && attempt === 0) return round(pending, attempt + 1)
             // Past the first attempt a conflict may be this very draft, stored meanwhile (a re-send).
             const open = attempt > 0 || (written.left._tag === "WriteFailed" && isOutcomeUnknown(written.left.cause))
             return failUnwritten(pending, () => open)

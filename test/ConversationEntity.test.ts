@@ -152,6 +152,34 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
       expect(yield* storedTexts(conversationId)).toEqual([[1, "once"], [2, "next"]])
     }))
 
+  // A re-send after a crash may reach the next owner just before its deadline (failover takes about
+  // as long as the deadline), be decided in time, and find the deadline passed when its write starts.
+  it.scoped("a re-sent draft whose write starts past its deadline is answered with the stored activity, not a 503", () =>
+    Effect.gen(function*() {
+      const { conversationId, tenant } = yield* tenantWithConversation
+      const entity = yield* ConversationEntity.client
+      const message = messageDraft("committed before the owner crashed")
+      const first = yield* entity(conversationId).Append({ tenantId: tenant.id, draft: message, deadline: Date.now() + 5000 })
+      const real = yield* ActivityStore
+      // The next owner's writer is busy: a group waits 300 ms for its statement.
+      const slowWriter = ActivityStore.make({
+        ...real,
+        write: (group) => Effect.zipRight(Effect.sleep("300 millis"), real.write(group))
+      })
+      const core = yield* makeConversationCore(conversationId, () => true).pipe(
+        Effect.provideService(ActivityStore, slowWriter),
+        Effect.provideService(ConversationStateRepo, yield* ConversationStateRepo)
+      )
+      const again = yield* core.append({ tenantId: tenant.id, draft: message, deadline: Date.now() + 150 })
+      expect(again).toEqual(first)
+      // A draft never stored still gets its 503, and stores nothing.
+      const never = yield* Effect.flip(
+        core.append({ tenantId: tenant.id, draft: messageDraft("never written"), deadline: Date.now() + 150 })
+      )
+      expect(never._tag).toBe("Unavailable")
+      expect(yield* storedTexts(conversationId)).toEqual([[1, "committed before the owner crashed"]])
+    }))
+
   it.effect("a re-sent draft that arrives past its deadline is answered with the stored activity, not a 503", () =>
     Effect.gen(function*() {
       const { conversationId, tenant } = yield* tenantWithConversation
