@@ -1,9 +1,11 @@
 import { expect, layer } from "@effect/vitest"
 import { SqlClient, SqlError } from "@effect/sql"
-import { Cause, Effect, ExecutionStrategy, Exit, Fiber, Runtime, Schedule, Scope } from "effect"
+import { Sharding } from "@effect/cluster"
+import { Cause, Context, Effect, ExecutionStrategy, Exit, Fiber, FiberId, Layer, Runtime, Schedule, Scope } from "effect"
 import { makeConversationCore } from "../cluster/ConversationCore.js"
 import { ConversationEntity } from "../cluster/ConversationEntity.js"
 import { ActivityStore } from "../src/conversations/ActivityStore.js"
+import { Conversations } from "../src/conversations/Conversations.js"
 import { ConversationStateRepo } from "../src/conversations/ConversationState.js"
 import { holdConversationRow, query, serverUrl } from "./support/TestDatabase.js"
 import { messageDraft, storedTexts, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
@@ -28,7 +30,41 @@ const secondOwner = (conversationId: string, failing: { on: boolean }) =>
     )
   })
 
+/**
+ * The node's cluster, except that every SetStatus call ends interrupted from the entity's side, as
+ * a call does whose owner stopped it mid-way (a handoff past the entity termination timeout).
+ */
+const SetStatusInterrupted = Layer.effect(
+  Sharding.Sharding,
+  Effect.gen(function*() {
+    const sharding = yield* Sharding.Sharding
+    return Sharding.Sharding.of({
+      ...sharding,
+      makeClient: (entity) =>
+        Effect.map(sharding.makeClient(entity), (client) => (entityId: string) =>
+          new Proxy(client(entityId), {
+            get: (target, key, receiver) =>
+              entity.type === ConversationEntity.type && key === "SetStatus"
+                ? () => Effect.failCause(Cause.interrupt(FiberId.make(1_000_000, 0)))
+                : Reflect.get(target, key, receiver)
+          }))
+    })
+  })
+)
+
 layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it) => {
+  it.scoped("a close whose cluster call ends interrupted by the other side is a 503 cluster_unavailable", () =>
+    Effect.gen(function*() {
+      const { conversationId, tenant } = yield* tenantWithConversation
+      const conversations = Context.get(
+        yield* Layer.build(Conversations.Default.pipe(Layer.provide(SetStatusInterrupted))),
+        Conversations
+      )
+      const exit = yield* Effect.exit(conversations.setStatus({ tenantId: tenant.id, channelId: null }, conversationId, "closed"))
+      const error = Exit.isFailure(exit) ? Cause.failureOption(exit.cause) : undefined
+      expect(error?._tag === "Some" && error.value._tag === "Unavailable" && error.value.reason).toBe("cluster_unavailable")
+    }))
+
   // The core is dropped (idle, or its node stopping) just as a command reaches it.
   it.scoped("a command sent as its core closes is answered Moved, never left waiting", () =>
     Effect.gen(function*() {

@@ -35,7 +35,11 @@ const clusterCall = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
   effect.pipe(
     // Cluster calls retry forever while a shard moves: every call gets a deadline.
     Effect.timeoutFail({ duration: ANSWER_TIMEOUT_MS, onTimeout: clusterUnavailable }),
-    Effect.catchIf(tagged("MailboxFull", "AlreadyProcessingMessage", "PersistenceError"), () => Effect.fail(clusterUnavailable()))
+    Effect.catchIf(tagged("MailboxFull", "AlreadyProcessingMessage", "PersistenceError"), () => Effect.fail(clusterUnavailable())),
+    // A call ended by an interruption from the cluster's side (its owner stopping it mid-way in a
+    // handoff, the client shutting down) is a 503 too, not an empty answer; this request's own
+    // interruption is not caught.
+    Effect.catchAllCause((cause) => Cause.isInterruptedOnly(cause) ? Effect.fail(clusterUnavailable()) : Effect.failCause(cause))
   )
 
 /** An append's cluster call that ended without its answer: the draft may or may not be stored. */
