@@ -1,6 +1,6 @@
 import { Singleton } from "@effect/cluster"
 import { SqlClient } from "@effect/sql"
-import { Duration, Effect, Layer, Schedule } from "effect"
+import { Duration, Effect, Exit, Layer, Schedule } from "effect"
 import { AppConfig } from "../src/config/AppConfig.js"
 import { WRITE_DEADLINE_MS } from "../src/conversations/WriteTimings.js"
 import { ConversationEntity } from "./ConversationEntity.js"
@@ -34,9 +34,11 @@ export const ConversationExpiryLive = Layer.unwrapEffect(
                 deadline: Date.now() + WRITE_DEADLINE_MS
               }).pipe(
                 Effect.timeout(CALL_TIMEOUT),
-                Effect.either,
+                // Any ending of one call, an interruption from the cluster's side too (its owner
+                // stopping mid-way), leaves that conversation to the next check, not the rest of the page.
+                Effect.exit,
                 Effect.map((result) => {
-                  if (result._tag === "Right" && result.right.changed) closed++
+                  if (Exit.isSuccess(result) && result.value.changed) closed++
                 })
               ), { discard: true }).pipe(
                 // However the page ends: a sweep cut short (its node stopping, the singleton moving)
