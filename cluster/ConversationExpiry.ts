@@ -9,65 +9,68 @@ const PAGE = 500
 const CALL_TIMEOUT = Duration.seconds(10)
 
 /**
+ * One check: closes, through each conversation's entity, the conversations idle for
+ * `idleCloseSeconds`, a page at a time. The entity appends the `expired` event and keeps seq right,
+ * and skips a conversation that became active again after the cutoff.
+ */
+export const closeIdleConversations = (idleCloseSeconds: number) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const entity = yield* ConversationEntity.client
+    /** Closes one page's conversations; returns how many it closed. */
+    const closePage = (idle: ReadonlyArray<{ readonly id: string; readonly tenant_id: string }>, cutoff: string) =>
+      Effect.suspend(() => {
+        let closed = 0
+        return Effect.forEach(idle, ({ id, tenant_id }) =>
+          entity(id).SetStatus({
+            tenantId: tenant_id,
+            status: "closed",
+            reason: "expired",
+            idleSince: cutoff,
+            deadline: Date.now() + WRITE_DEADLINE_MS
+          }).pipe(
+            Effect.timeout(CALL_TIMEOUT),
+            // Any ending of one call, an interruption from the cluster's side too (its owner
+            // stopping mid-way), leaves that conversation to the next check, not the rest of the page.
+            Effect.exit,
+            Effect.map((result) => {
+              if (Exit.isSuccess(result) && result.value.changed) closed++
+            })
+          ), { discard: true }).pipe(
+            // However the page ends: a sweep cut short (its node stopping, the singleton moving)
+            // still says what it did.
+            Effect.ensuring(Effect.suspend(() =>
+              closed > 0 ? Effect.logInfo("idle conversations closed").pipe(Effect.annotateLogs("count", closed)) : Effect.void
+            )),
+            Effect.map(() => closed)
+          )
+      })
+    const cutoffMs = Date.now() - idleCloseSeconds * 1000
+    const cutoff = new Date(cutoffMs).toISOString()
+    // The index holds the minute of `updated_at` (migration 0003); the exact time is checked after.
+    const cutoffMinute = Math.floor(cutoffMs / 60_000)
+    while (true) {
+      const idle = yield* sql<{ id: string; tenant_id: string }>`
+        SELECT id, tenant_id FROM conversations
+        WHERE status = 'active' AND activity_minute <= ${cutoffMinute} AND updated_at < ${cutoff}
+        ORDER BY activity_minute, updated_at LIMIT ${PAGE}`
+      const closedNow = yield* closePage(idle, cutoff)
+      // A conversation that could not be closed now is retried at the next check.
+      if (idle.length < PAGE || closedNow === 0) break
+    }
+  })
+
+/**
  * Inactivity auto-close: every `CONVERSATION_EXPIRY_CHECK_SECONDS`, exactly one node in the cluster
- * (a cluster singleton) closes the conversations idle for `CONVERSATION_IDLE_CLOSE_SECONDS`. The close
- * goes through each conversation's entity, which appends the `expired` event and keeps seq right,
- * and which skips a conversation that became active again after the cutoff.
+ * (a cluster singleton) closes the conversations idle for `CONVERSATION_IDLE_CLOSE_SECONDS`.
  */
 export const ConversationExpiryLive = Layer.unwrapEffect(
   Effect.map(AppConfig, (config) =>
     Singleton.make(
       "conversation-expiry",
-      Effect.gen(function*() {
-        const sql = yield* SqlClient.SqlClient
-        const entity = yield* ConversationEntity.client
-        /** Closes one page's conversations; returns how many it closed. */
-        const closePage = (idle: ReadonlyArray<{ readonly id: string; readonly tenant_id: string }>, cutoff: string) =>
-          Effect.suspend(() => {
-            let closed = 0
-            return Effect.forEach(idle, ({ id, tenant_id }) =>
-              entity(id).SetStatus({
-                tenantId: tenant_id,
-                status: "closed",
-                reason: "expired",
-                idleSince: cutoff,
-                deadline: Date.now() + WRITE_DEADLINE_MS
-              }).pipe(
-                Effect.timeout(CALL_TIMEOUT),
-                // Any ending of one call, an interruption from the cluster's side too (its owner
-                // stopping mid-way), leaves that conversation to the next check, not the rest of the page.
-                Effect.exit,
-                Effect.map((result) => {
-                  if (Exit.isSuccess(result) && result.value.changed) closed++
-                })
-              ), { discard: true }).pipe(
-                // However the page ends: a sweep cut short (its node stopping, the singleton moving)
-                // still says what it did.
-                Effect.ensuring(Effect.suspend(() =>
-                  closed > 0 ? Effect.logInfo("idle conversations closed").pipe(Effect.annotateLogs("count", closed)) : Effect.void
-                )),
-                Effect.map(() => closed)
-              )
-          })
-        const sweep = Effect.gen(function*() {
-          const cutoffMs = Date.now() - config.conversationIdleCloseSeconds * 1000
-          const cutoff = new Date(cutoffMs).toISOString()
-          // The index holds the minute of `updated_at` (migration 0003); the exact time is checked after.
-          const cutoffMinute = Math.floor(cutoffMs / 60_000)
-          while (true) {
-            const idle = yield* sql<{ id: string; tenant_id: string }>`
-              SELECT id, tenant_id FROM conversations
-              WHERE status = 'active' AND activity_minute <= ${cutoffMinute} AND updated_at < ${cutoff}
-              ORDER BY activity_minute, updated_at LIMIT ${PAGE}`
-            const closedNow = yield* closePage(idle, cutoff)
-            // A conversation that could not be closed now is retried at the next check.
-            if (idle.length < PAGE || closedNow === 0) break
-          }
-        })
-        yield* sweep.pipe(
-          Effect.catchAllCause((cause) => Effect.logWarning("conversation expiry check failed", cause)),
-          Effect.repeat(Schedule.spaced(Duration.seconds(config.conversationExpiryCheckSeconds)))
-        )
-      })
+      closeIdleConversations(config.conversationIdleCloseSeconds).pipe(
+        Effect.catchAllCause((cause) => Effect.logWarning("conversation expiry check failed", cause)),
+        Effect.repeat(Schedule.spaced(Duration.seconds(config.conversationExpiryCheckSeconds)))
+      )
     ))
 )

@@ -1,6 +1,5 @@
 import { expect, layer } from "@effect/vitest"
 import { SqlClient, SqlError } from "@effect/sql"
-import { Sharding } from "@effect/cluster"
 import { Cause, Context, Effect, ExecutionStrategy, Exit, Fiber, FiberId, Layer, Runtime, Schedule, Scope } from "effect"
 import { makeConversationCore } from "../cluster/ConversationCore.js"
 import { ConversationEntity } from "../cluster/ConversationEntity.js"
@@ -10,6 +9,7 @@ import { ConversationStateRepo } from "../src/conversations/ConversationState.js
 import { holdConversationRow, query, serverUrl } from "./support/TestDatabase.js"
 import { messageDraft, storedTexts, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { TestNodeLive } from "./support/TestNode.js"
+import { overrideConversationCall } from "./support/EntityCallOverride.js"
 
 /**
  * A second owner's core for a conversation (as after a crash or a handoff), on the node's store,
@@ -34,23 +34,7 @@ const secondOwner = (conversationId: string, failing: { on: boolean }) =>
  * The node's cluster, except that every SetStatus call ends interrupted from the entity's side, as
  * a call does whose owner stopped it mid-way (a handoff past the entity termination timeout).
  */
-const SetStatusInterrupted = Layer.effect(
-  Sharding.Sharding,
-  Effect.gen(function*() {
-    const sharding = yield* Sharding.Sharding
-    return Sharding.Sharding.of({
-      ...sharding,
-      makeClient: (entity) =>
-        Effect.map(sharding.makeClient(entity), (client) => (entityId: string) =>
-          new Proxy(client(entityId), {
-            get: (target, key, receiver) =>
-              entity.type === ConversationEntity.type && key === "SetStatus"
-                ? () => Effect.failCause(Cause.interrupt(FiberId.make(1_000_000, 0)))
-                : Reflect.get(target, key, receiver)
-          }))
-    })
-  })
-)
+const SetStatusInterrupted = overrideConversationCall("SetStatus", () => () => Effect.failCause(Cause.interrupt(FiberId.make(1_000_000, 0))))
 
 layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it) => {
   it.scoped("a close whose cluster call ends interrupted by the other side is a 503 cluster_unavailable", () =>

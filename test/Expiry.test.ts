@@ -1,6 +1,9 @@
 import { expect, layer } from "@effect/vitest"
-import { Effect, Fiber, Schedule } from "effect"
+import { Cause, Effect, Fiber, FiberId, Schedule } from "effect"
+import { closeIdleConversations } from "../cluster/ConversationExpiry.js"
+import { overrideConversationCall } from "./support/EntityCallOverride.js"
 import { tenantApi, tenantWithConversation } from "./support/Fixtures.js"
+import { query } from "./support/TestDatabase.js"
 import { TestNodeLive } from "./support/TestNode.js"
 
 layer(TestNodeLive({ CONVERSATION_IDLE_CLOSE_SECONDS: "2", CONVERSATION_EXPIRY_CHECK_SECONDS: "1" }), {
@@ -36,5 +39,30 @@ layer(TestNodeLive({ CONVERSATION_IDLE_CLOSE_SECONDS: "2", CONVERSATION_EXPIRY_C
         sender: "system",
         metadata: { event: "conversation_closed", status: "closed", reason: "expired" }
       })
+    }))
+})
+
+// Checked by hand here: the node's own check runs at start and then once an hour.
+layer(TestNodeLive({ CONVERSATION_EXPIRY_CHECK_SECONDS: "3600" }), { excludeTestServices: true })("expiry check", (it) => {
+  it.effect("a close ended by an interruption from the cluster's side leaves that conversation open; the check goes on", () =>
+    Effect.gen(function*() {
+      const cut = yield* tenantWithConversation
+      const next = yield* tenantWithConversation
+      // Both idle for a while, `cut` longer: the check takes it first.
+      yield* query("UPDATE conversations SET updated_at = now() - interval '2 hours' WHERE id = $1", [cut.conversationId])
+      yield* query("UPDATE conversations SET updated_at = now() - interval '1 hour' WHERE id = $1", [next.conversationId])
+      // `cut`'s close ends as a call does whose owner stopped it mid-way.
+      const CutInterrupted = overrideConversationCall("SetStatus", (real, entityId) =>
+        entityId === cut.conversationId
+          ? () => Effect.failCause(Cause.interrupt(FiberId.make(1_000_000, 0)))
+          : real.SetStatus)
+      yield* Effect.exit(closeIdleConversations(60).pipe(Effect.provide(CutInterrupted)))
+      const statuses = yield* query<{ id: string; status: string }>(
+        "SELECT id, status FROM conversations WHERE id = ANY($1::uuid[])",
+        [[cut.conversationId, next.conversationId]]
+      )
+      expect(new Map(statuses.map((row) => [row.id, row.status]))).toEqual(
+        new Map([[cut.conversationId, "active"], [next.conversationId, "closed"]])
+      )
     }))
 })

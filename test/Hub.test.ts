@@ -1,13 +1,12 @@
-import { Sharding } from "@effect/cluster"
 import { expect, layer } from "@effect/vitest"
 import { Chunk, Context, Deferred, Effect, Fiber, Layer, Logger, LogLevel, Schedule, Stream } from "effect"
-import { ConversationEntity } from "../cluster/ConversationEntity.js"
 import type { Activity } from "../src/domain/Activity.js"
 import { LIVE_BUFFER } from "../src/conversations/SeqFollower.js"
 import { ConversationHub } from "../src/realtime/ConversationHub.js"
 import { tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { query } from "./support/TestDatabase.js"
 import { admin, TestNodeLive } from "./support/TestNode.js"
+import { overrideConversationCall } from "./support/EntityCallOverride.js"
 
 /** One Subscribe call to a conversation entity: where it started and the seqs it delivered. */
 interface Upstream {
@@ -15,7 +14,6 @@ interface Upstream {
   readonly delivered: Array<number>
 }
 
-type ConversationClient = ReturnType<Effect.Effect.Success<typeof ConversationEntity.client>>
 type SubscribeStream = Stream.Stream<Activity, unknown>
 
 /**
@@ -24,30 +22,12 @@ type SubscribeStream = Stream.Stream<Activity, unknown>
  * does). Every Subscribe the hub makes is recorded, with what it delivered.
  */
 const FirstSubscribe = (upstreams: Array<Upstream>, first: (again: () => SubscribeStream) => SubscribeStream) =>
-  Layer.effect(
-    Sharding.Sharding,
-    Effect.gen(function*() {
-      const sharding = yield* Sharding.Sharding
-      const conversations = yield* sharding.makeClient(ConversationEntity)
-      const subscribe = (client: ConversationClient) => (payload: { readonly fromSeq: number }) => {
-        const upstream: Upstream = { fromSeq: payload.fromSeq, delivered: [] }
-        upstreams.push(upstream)
-        const again = () => client.Subscribe(payload).pipe(Stream.tap((activity) => Effect.sync(() => upstream.delivered.push(activity.seq))))
-        return upstreams.length === 1 ? first(again) : again()
-      }
-      return Sharding.Sharding.of({
-        ...sharding,
-        makeClient: (entity) =>
-          Effect.map(sharding.makeClient(entity), (client) => (entityId: string) =>
-            new Proxy(client(entityId), {
-              get: (target, key, receiver) =>
-                entity.type === ConversationEntity.type && key === "Subscribe"
-                  ? subscribe(conversations(entityId))
-                  : Reflect.get(target, key, receiver)
-            }))
-      })
-    })
-  )
+  overrideConversationCall("Subscribe", (client) => (payload: { readonly fromSeq: number }) => {
+    const upstream: Upstream = { fromSeq: payload.fromSeq, delivered: [] }
+    upstreams.push(upstream)
+    const again = () => client.Subscribe(payload).pipe(Stream.tap((activity) => Effect.sync(() => upstream.delivered.push(activity.seq))))
+    return upstreams.length === 1 ? first(again) : again()
+  })
 
 /** A hub of its own, over a cluster whose first Subscribe stream is `first`'s. */
 const hubWithFirstSubscribe = (upstreams: Array<Upstream>, first: (again: () => SubscribeStream) => SubscribeStream) =>
