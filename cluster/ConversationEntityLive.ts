@@ -4,8 +4,11 @@ import { Unavailable } from "../src/domain/ApiError.js"
 import { ConversationCores } from "./ConversationCores.js"
 import { ConversationEntity } from "./ConversationEntity.js"
 
-/** The shard moved while the command waited: the caller retries and reaches the new owner. */
-const moved = () =>
+/**
+ * The shard moved while the command waited: the caller sends it again and reaches the new owner.
+ * Before its deadline this is the entity's only `cluster_unavailable` answer (Conversations relies on it).
+ */
+export const moved = () =>
   Effect.fail(
     new Unavailable({ message: "the conversation moved to another node, retry", reason: "cluster_unavailable", retry_after_ms: 250 })
   )

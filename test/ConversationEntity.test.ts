@@ -1,7 +1,10 @@
 import { expect, layer } from "@effect/vitest"
 import { SqlClient, SqlError } from "@effect/sql"
+import { Sharding } from "@effect/cluster"
 import { Cause, Context, Effect, ExecutionStrategy, Exit, Fiber, FiberId, Layer, Runtime, Schedule, Scope } from "effect"
-import { makeConversationCore } from "../cluster/ConversationCore.js"
+import { type AppendRequest, makeConversationCore } from "../cluster/ConversationCore.js"
+import { ConversationCores } from "../cluster/ConversationCores.js"
+import { moved } from "../cluster/ConversationEntityLive.js"
 import { ConversationEntity } from "../cluster/ConversationEntity.js"
 import { ActivityStore } from "../src/conversations/ActivityStore.js"
 import { Conversations } from "../src/conversations/Conversations.js"
@@ -47,6 +50,39 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
       const exit = yield* Effect.exit(conversations.setStatus({ tenantId: tenant.id, channelId: null }, conversationId, "closed"))
       const error = Exit.isFailure(exit) ? Cause.failureOption(exit.cause) : undefined
       expect(error?._tag === "Some" && error.value._tag === "Unavailable" && error.value.reason).toBe("cluster_unavailable")
+    }))
+
+  // A crash re-send of this draft reached a node that let go of the shard before taking it: the
+  // first owner had stored it. Sent again, the append is answered with that activity, once.
+  it.scoped("an append the cluster answers moved is sent again: the stored draft is its answer, stored once", () =>
+    Effect.gen(function*() {
+      const { conversationId, tenant } = yield* tenantWithConversation
+      const answers: Array<string> = []
+      const MovedAfterStoring = overrideConversationCall("Append", (real) => (payload: AppendRequest) => {
+        answers.push(answers.length === 0 ? "moved" : "real")
+        return answers.length === 1 ? Effect.zipRight(real.Append(payload), moved()) : real.Append(payload)
+      })
+      // This node owns no shard here: the append goes through the cluster.
+      const OwnsNoShard = Layer.effect(
+        Sharding.Sharding,
+        Effect.map(Sharding.Sharding, (sharding) => Sharding.Sharding.of({ ...sharding, hasShardId: () => false }))
+      )
+      const conversations = Context.get(
+        yield* Layer.build(Conversations.Default.pipe(
+          Layer.provide(ConversationCores.Default),
+          Layer.provide(MovedAfterStoring),
+          Layer.provide(OwnsNoShard)
+        )),
+        Conversations
+      )
+      const activity = yield* conversations.append({ tenantId: tenant.id, channelId: null }, conversationId, { text: "once" }, {
+        idempotencyKey: null,
+        sourceChannelId: null,
+        arrivedAt: Date.now()
+      })
+      expect(answers).toEqual(["moved", "real"])
+      expect(activity).toMatchObject({ seq: 1, text: "once" })
+      expect(yield* storedTexts(conversationId)).toEqual([[1, "once"]])
     }))
 
   // The core is dropped (idle, or its node stopping) just as a command reaches it.

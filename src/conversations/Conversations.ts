@@ -50,6 +50,9 @@ const SETTLE_LOOKUP_TIMEOUT_MS = 600
 const SETTLE_LOOKUP_PAUSE_MS = 250
 const SETTLE_LOOKUP_BUDGET_MS = 1_500
 
+/** The pause before an append whose owner let go of its shard is sent again. */
+const MOVED_RESEND_MS = 250
+
 const notFound = (id: string) => new NotFound({ message: `conversation ${id} not found` })
 
 /** What a caller may reach: a tenant's conversations, or only one channel's (a channel token). */
@@ -135,7 +138,18 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
       const answerWithinMs = () => Math.max(0, arrivedAt + ANSWER_TIMEOUT_MS - Date.now())
       // Built only when taken: most appends go to a local core.
       const viaCluster = Effect.suspend(() =>
-        entity(conversationId).Append(request).pipe(
+        // A call made anew for each sending.
+        Effect.suspend(() => entity(conversationId).Append(request)).pipe(
+          // The owner let go of the shard before taking the command (a handoff, a lost lock). Sent
+          // again, it reaches the next owner, which answers with the stored activity if an owner
+          // lost before wrote this draft (a crash re-send): that answer must not be a 503. Past the
+          // deadline `cluster_unavailable` is a late arrival, looked up and not found: final.
+          Effect.retry({
+            schedule: Schedule.spaced(MOVED_RESEND_MS),
+            while: (error) =>
+              error._tag === "Unavailable" && error.reason === "cluster_unavailable" &&
+              Date.now() + MOVED_RESEND_MS < request.deadline
+          }),
           // Bounded like every cluster call, but an append left without its answer is settled, not guessed.
           Effect.timeoutFail({ duration: answerWithinMs(), onTimeout: () => new Unanswered() })
         )
