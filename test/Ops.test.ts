@@ -130,3 +130,15 @@ layer(TestNodeLive(), { excludeTestServices: true })("probes and metrics while d
       expect(samples(metrics.body as string, "parley_draining")).toEqual(["parley_draining 1"])
     }))
 })
+
+// The pool's read timeout is the statement timeout plus a margin; past setTimeout's limit Node
+// fires a timer after 1 ms, and every statement of the pool failed as unanswered.
+describe.skipIf(serverUrl === undefined)("the largest DATABASE_STATEMENT_TIMEOUT_MS", () => {
+  layer(TestNodeLive({ DATABASE_STATEMENT_TIMEOUT_MS: "2147483647" }), { excludeTestServices: true })("node", (it) => {
+    it.effect("statements of the pool are answered", () =>
+      Effect.gen(function*() {
+        expect((yield* request("GET", "/health/ready")).body).toMatchObject({ status: "ready" })
+        expect((yield* admin("POST", "/tenants", { tenant: { name: "Largest timeout" } })).status).toBe(201)
+      }))
+  })
+})

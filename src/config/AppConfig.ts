@@ -33,7 +33,7 @@ const integerIn = (min: number, max: number, unit = "") => (text: string): Eithe
 }
 
 /** setTimeout's limit: a longer timer fires at once in Node, and never on Effect's clock. */
-const MAX_TIMER_MS = 2_147_483_647
+export const MAX_TIMER_MS = 2_147_483_647
 /** A check interval in seconds becomes a timer, so it stays within MAX_TIMER_MS (about 24.8 days). */
 const MAX_INTERVAL_SECONDS = Math.floor(MAX_TIMER_MS / 1000)
 /**

@@ -6,7 +6,7 @@ import { mkdirSync } from "node:fs"
 import { createServer } from "node:net"
 import { resolve } from "node:path"
 import Pg from "pg"
-import { AppConfig } from "../config/AppConfig.js"
+import { AppConfig, MAX_TIMER_MS } from "../config/AppConfig.js"
 import { MeasuredPool } from "./MeasuredPool.js"
 import { PreparingClient } from "./PreparedStatements.js"
 import { parseTimestamptz } from "./Timestamp.js"
@@ -128,7 +128,8 @@ const PoolLive = Layer.scoped(
         max: POOL_SIZE,
         connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
         statement_timeout: config.databaseStatementTimeoutMs,
-        query_timeout: config.databaseStatementTimeoutMs + ANSWER_MARGIN_MS,
+        // Within setTimeout's limit: pg's read timeout is a timer, and a longer one fires after 1 ms.
+        query_timeout: Math.min(config.databaseStatementTimeoutMs + ANSWER_MARGIN_MS, MAX_TIMER_MS),
         idle_in_transaction_session_timeout: config.databaseStatementTimeoutMs,
         keepAlive: true
       })
