@@ -1,7 +1,8 @@
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Effect } from "effect"
+import Pg from "pg"
 import { admin, request, TestNodeLive } from "./support/TestNode.js"
-import { serverUrl } from "./support/TestDatabase.js"
+import { serverUrl, TestDatabase } from "./support/TestDatabase.js"
 import { Lifecycle } from "../src/ops/Lifecycle.js"
 import { poolCheck } from "../src/ops/Readiness.js"
 
@@ -140,5 +141,30 @@ describe.skipIf(serverUrl === undefined)("the largest DATABASE_STATEMENT_TIMEOUT
         expect((yield* request("GET", "/health/ready")).body).toMatchObject({ status: "ready" })
         expect((yield* admin("POST", "/tenants", { tenant: { name: "Largest timeout" } })).status).toBe(201)
       }))
+  })
+})
+
+// A node of a newer build migrates inside a transaction that holds the migrator's table locked
+// (LOCK TABLE ... ACCESS EXCLUSIVE) for as long as its migrations run, minutes for an index build.
+describe.skipIf(serverUrl === undefined)("readiness while another node migrates", () => {
+  layer(TestNodeLive(), { excludeTestServices: true })("node", (it) => {
+    it.effect("stays ready: every migration this node ships is applied", () =>
+      Effect.gen(function*() {
+        expect((yield* request("GET", "/health/ready")).status).toBe(200)
+        const { url } = yield* TestDatabase
+        yield* Effect.acquireRelease(
+          Effect.promise(async () => {
+            const migrator = new Pg.Client({ connectionString: url! })
+            await migrator.connect()
+            await migrator.query("BEGIN")
+            await migrator.query("LOCK TABLE effect_sql_migrations IN ACCESS EXCLUSIVE MODE")
+            return migrator
+          }),
+          (migrator) => Effect.promise(() => migrator.query("ROLLBACK").then(() => migrator.end()))
+        )
+        const ready = yield* request("GET", "/health/ready")
+        expect(ready.body).toMatchObject({ status: "ready" })
+        expect(ready.status).toBe(200)
+      }).pipe(Effect.scoped))
   })
 })

@@ -1,5 +1,5 @@
 import { SqlClient } from "@effect/sql"
-import { Duration, Effect, Exit } from "effect"
+import { Duration, Effect, Exit, Ref } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { DatabasePool } from "../db/Database.js"
 import { migrations } from "../db/Migrations.js"
@@ -51,12 +51,17 @@ export class Readiness extends Effect.Service<Readiness>()("parley/Readiness", {
         Effect.map((exit): Check => Exit.isSuccess(exit) ? "ok" : "error")
       )
 
-    const migrationsApplied = sql<{ migration_id: number }>`SELECT migration_id FROM effect_sql_migrations`.pipe(
-      Effect.flatMap((rows) => {
-        const applied = new Set(rows.map((r) => Number(r.migration_id)))
-        return shippedMigrationIds.every((id) => applied.has(id)) ? Effect.void : Effect.fail("pending")
-      })
-    )
+    // Seen once, for good: a migration is never unapplied. Read again, the table would block the
+    // probe whenever a node of a newer build migrates (its migrator holds the table locked until
+    // its migrations commit), and every node of the older build would report itself unavailable.
+    const allApplied = yield* Ref.make(false)
+    const migrationsApplied = Effect.flatMap(Ref.get(allApplied), (seen) =>
+      seen ? Effect.void : sql<{ migration_id: number }>`SELECT migration_id FROM effect_sql_migrations`.pipe(
+        Effect.flatMap((rows) => {
+          const applied = new Set(rows.map((r) => Number(r.migration_id)))
+          return shippedMigrationIds.every((id) => applied.has(id)) ? Ref.set(allApplied, true) : Effect.fail("pending")
+        })
+      ))
 
     const check = Effect.gen(function*() {
       const [database, migrationsCheck, draining, running] = yield* Effect.all([
