@@ -120,6 +120,32 @@ describe("the node as a process", () => {
     120_000
   )
 
+  // PGlite takes no lock of its own: a second node on the same directory served its own writes,
+  // and whichever stopped last overwrote the other's.
+  it.live(
+    "a second node on the same DATA_DIR refuses to start; a lock left by a killed node is taken over",
+    () =>
+      Effect.gen(function*() {
+        const dataDir = yield* TempDir
+        const env = { DATA_DIR: dataDir, DRAIN_REFUSE_MS: "0" }
+        const first = yield* startNode(env)
+        const second = yield* spawnInRepo("npm", ["start"], nodeEnv(yield* freePort, env))
+        const code = yield* second.exited.pipe(
+          Effect.timeoutFail({ duration: "30 seconds", onTimeout: () => new Error("the second node kept running") })
+        )
+        expect(code).toBe(1)
+        expect(second.stdout() + second.stderr()).toContain("is in use by process")
+        expect((yield* readiness(first.baseUrl))?.status).toBe(200)
+
+        // Killed, it leaves its lock behind: the next start takes it over.
+        process.kill(-first.child.process.pid!, "SIGKILL")
+        yield* first.child.exited
+        const third = yield* startNode(env)
+        expect((yield* readiness(third.baseUrl))?.status).toBe(200)
+      }).pipe(Effect.scoped),
+    120_000
+  )
+
   it.live.skipIf(serverUrl === undefined)(
     "on PostgreSQL, SIGTERM with a request held open still exits 0 within DRAIN_MAX_MS",
     () =>
