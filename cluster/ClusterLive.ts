@@ -1,12 +1,19 @@
 import { RunnerAddress, SingleRunner } from "@effect/cluster"
 import { NodeClusterSocket } from "@effect/platform-node"
 import { Duration, Effect, Layer, Option } from "effect"
+import { isIPv6 } from "node:net"
 import { AppConfig } from "../src/config/AppConfig.js"
 import { DatabasePool } from "../src/db/Database.js"
 import { SerialReservationsLive } from "../src/db/SerialReservations.js"
 import { oneNodeAtATime } from "../src/db/SetupLock.js"
 
 const isLoopback = (host: string) => host === "localhost" || host.startsWith("127.") || host === "::1"
+
+/**
+ * Where the runner listens: the advertised address itself on loopback, else every interface of
+ * the address's family. An IPv6 address needs `::`: on 0.0.0.0 (IPv4 only) no peer could reach it.
+ */
+const listenHost = (host: string) => isLoopback(host) ? host : isIPv6(host) ? "::" : "0.0.0.0"
 
 /**
  * This node's cluster runner. With PostgreSQL: a socket runner on `CLUSTER_RUNNER_PORT` whose shard
@@ -21,9 +28,7 @@ export const ClusterLive = Layer.unwrapEffect(
     const shardingConfig = {
       // Explicit: left to the environment, the runner would read the generic HOST and PORT.
       runnerAddress: Option.some(address),
-      runnerListenAddress: Option.some(
-        isLoopback(config.clusterRunnerHost) ? address : RunnerAddress.make("0.0.0.0", config.clusterRunnerPort)
-      ),
+      runnerListenAddress: Option.some(RunnerAddress.make(listenHost(config.clusterRunnerHost), config.clusterRunnerPort)),
       shardLockExpiration: Duration.millis(config.clusterShardLockExpirationMs),
       // Calls to entities on this node skip a msgpack round trip; remote calls are encoded anyway.
       simulateRemoteSerialization: false,

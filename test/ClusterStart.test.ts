@@ -1,5 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Fiber, Schedule } from "effect"
+import { connect } from "node:net"
 import Pg from "pg"
 import { SETUP_LOCK } from "../src/db/SetupLock.js"
 import { spawnNode } from "./support/NodeProcess.js"
@@ -49,6 +50,24 @@ describe.skipIf(serverUrl === undefined)("cluster start", () => {
       yield* Effect.promise(() => holder.query("SELECT pg_advisory_unlock($1)", [SETUP_LOCK]))
       const node = yield* Fiber.join(starting)
       expect(node.child.exitCode).toBeNull()
+    }).pipe(Effect.scoped, Effect.provide(TestDatabaseLive)), 120_000)
+
+  // Other nodes dial CLUSTER_RUNNER_HOST; an IPv6 address there was advertised while the runner
+  // listened on 0.0.0.0, IPv4 only, so no peer could reach it (a global address such as fd00::2
+  // fails the same way; this one exists on every machine).
+  it.live("a node whose CLUSTER_RUNNER_HOST is an IPv6 address is reachable there", () =>
+    Effect.gen(function*() {
+      const db = yield* TestDatabase
+      const host = "0:0:0:0:0:0:0:1"
+      const node = yield* spawnNode("A", { DATABASE_URL: db.url!, CLUSTER_RUNNER_HOST: host })
+      const reached = yield* Effect.async<string>((resume) => {
+        const socket = connect({ host, port: node.runnerPort }, () => {
+          socket.destroy()
+          resume(Effect.succeed("connected"))
+        })
+        socket.once("error", (error: NodeJS.ErrnoException) => resume(Effect.succeed(error.code ?? "error")))
+      })
+      expect(reached).toBe("connected")
     }).pipe(Effect.scoped, Effect.provide(TestDatabaseLive)), 120_000)
 
   // A variable set to nothing takes its default (README); the cluster must not read HOST itself.
