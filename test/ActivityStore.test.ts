@@ -1,9 +1,8 @@
-import { SqlClient } from "@effect/sql"
 import { expect, layer } from "@effect/vitest"
 import { Effect, Either } from "effect"
 import { ActivityStore, SeqTaken, type WriteGroup } from "../src/conversations/ActivityStore.js"
 import { insertChannel, insertConversation, messageDraft, storedTexts } from "./support/Fixtures.js"
-import { query, serverUrl } from "./support/TestDatabase.js"
+import { holdConversationRow, query, serverUrl } from "./support/TestDatabase.js"
 import { createTenant, TestNodeLive } from "./support/TestNode.js"
 
 const group = (tenantId: string, conversationId: string, oldHead: number, text: string, deadline = Date.now() + 5_000): WriteGroup => ({
@@ -144,6 +143,28 @@ layer(TestNodeLive(), { excludeTestServices: true })("activity store", (it) => {
       })
   )
 
+  it.effect.runIf(serverUrl !== undefined)(
+    "a group whose conversation row another session holds fails alone; the others of its statement commit",
+    () =>
+      Effect.gen(function*() {
+        const { first: held, second: free, store, tenant } = yield* twoConversations
+        // A write of `held` waits for the row (a channel delete cascading, a write of another owner):
+        // that wait must not take the unrelated groups of its batch statement down with it.
+        const [waited, ok] = yield* Effect.scoped(Effect.gen(function*() {
+          yield* holdConversationRow(held)
+          return yield* Effect.all([
+            Effect.either(store.write(group(tenant.id, held, 0, "held"))),
+            Effect.either(store.write(group(tenant.id, free, 0, "free")))
+          ], { concurrency: "unbounded" })
+        }))
+        expect(Either.isRight(ok) && ok.right.map((a) => [a.seq, a.text])).toEqual([[1, "free"]])
+        expect(Either.isLeft(waited) && waited.left._tag).toBe("WriteFailed")
+        expect(yield* storedTexts(free)).toEqual([[1, "free"]])
+        expect(yield* storedTexts(held)).toEqual([])
+        expect(yield* headOf(held)).toBe(0)
+      })
+  )
+
   it.effect("a group whose deadline passed before its statement is not written (TooLate)", () =>
     Effect.gen(function*() {
       const tenant = yield* createTenant()
@@ -165,13 +186,14 @@ layer(TestNodeLive(), { excludeTestServices: true })("activity store", (it) => {
         const channel = yield* insertChannel(tenant.id)
         const conversationId = yield* insertConversation(tenant.id, channel.id)
         const store = yield* ActivityStore
-        const sql = yield* SqlClient.SqlClient
-        // Another session holds the conversation row until the write has answered: unbounded, the
-        // write would wait for it forever.
-        const blocked = yield* sql.withTransaction(Effect.gen(function*() {
-          yield* sql`SELECT id FROM conversations WHERE id = ${conversationId} FOR UPDATE`
-          return yield* Effect.either(store.write(group(tenant.id, conversationId, 0, "blocked")))
-        }))
+        // Its row takes longer to insert than the statement may run (a stalled disk, say): unbounded,
+        // the write would wait for it. (A row lock held elsewhere ends the wait sooner: lock_timeout.)
+        yield* query(`CREATE FUNCTION stalled_row() RETURNS trigger LANGUAGE plpgsql AS $$
+          BEGIN IF NEW.text = 'blocked' THEN PERFORM pg_sleep(5); END IF; RETURN NEW; END $$`)
+        yield* query("CREATE TRIGGER stalled_rows BEFORE INSERT ON activities FOR EACH ROW EXECUTE FUNCTION stalled_row()")
+        const blocked = yield* Effect.either(store.write(group(tenant.id, conversationId, 0, "blocked"))).pipe(
+          Effect.ensuring(query("DROP TRIGGER stalled_rows ON activities; DROP FUNCTION stalled_row()").pipe(Effect.orDie))
+        )
         expect(Either.isLeft(blocked) && blocked.left._tag).toBe("WriteFailed")
         const cause = Either.isLeft(blocked) && blocked.left._tag === "WriteFailed" ? blocked.left.cause.cause : undefined
         expect(cause).toHaveProperty("code", "57014")

@@ -361,7 +361,8 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
             Effect.orDie
           )
           const second = yield* Effect.fork(append("I am here"))
-          yield* Effect.sleep("1 second")
+          // Well within the writer's lock wait (WRITE_LOCK_TIMEOUT_MS), with the 300 ms below.
+          yield* Effect.sleep("100 millis")
           const idleSince = new Date().toISOString()
           const expiry = yield* Effect.fork(entity(conversationId).SetStatus({
             tenantId: tenant.id,

@@ -5,7 +5,7 @@ import { Counter } from "prom-client"
 import { awaitReply, type Reply, WorkQueue } from "../concurrency/WorkQueue.js"
 import { boundedClient } from "../db/Database.js"
 import { prepared } from "../db/PreparedStatements.js"
-import { isDataException, isUniqueViolation } from "../db/SqlErrors.js"
+import { isDataException, isLockTimeout, isUniqueViolation } from "../db/SqlErrors.js"
 import { inTransaction } from "../db/Transaction.js"
 import type { Activity, ActivityDraft } from "../domain/Activity.js"
 import { isSensitiveKey, REDACTED, redactSensitive } from "../domain/Redaction.js"
@@ -14,6 +14,7 @@ import { ACTIVITY_COLUMNS, ActivityFromRow } from "./ActivityRows.js"
 import {
   IN_FLIGHT_WAIT_MS,
   WRITE_CONNECT_TIMEOUT_MS,
+  WRITE_LOCK_TIMEOUT_MS,
   WRITE_QUERY_TIMEOUT_MS,
   WRITE_STATEMENT_TIMEOUT_MS
 } from "./WriteTimings.js"
@@ -120,7 +121,8 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
     const { client: writer, pool: writerPool } = yield* boundedClient(WRITERS, {
       connectMs: WRITE_CONNECT_TIMEOUT_MS,
       statementMs: WRITE_STATEMENT_TIMEOUT_MS,
-      queryMs: WRITE_QUERY_TIMEOUT_MS
+      queryMs: WRITE_QUERY_TIMEOUT_MS,
+      lockMs: WRITE_LOCK_TIMEOUT_MS
     })
     if (Option.isSome(writerPool)) {
       const pool = writerPool.value
@@ -296,8 +298,8 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
     }
 
     /**
-     * One statement for the batch; if a conflict or a refused value fails it, each group alone, so
-     * that one group's problem fails only that group.
+     * One statement for the batch; if a conflict, a refused value or a row lock held elsewhere fails
+     * it, each group alone, so that one group's problem fails only that group.
      */
     const writeBatch = (waiting: ReadonlyArray<Pending>) =>
       Effect.gen(function*() {
@@ -307,7 +309,8 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
         if (Either.isRight(together)) {
           return yield* Effect.forEach(batch, (pending, i) => settle(pending, together.right[i]!), { discard: true })
         }
-        const alone = together.left._tag !== "WriteFailed" || isDataException(together.left.cause)
+        const alone = together.left._tag !== "WriteFailed" || isDataException(together.left.cause) ||
+          isLockTimeout(together.left.cause)
         if (batch.length === 1 || !alone) return yield* failBatch(batch, together.left)
         // Each group's deadline is checked when its own statement starts, not once for all.
         yield* Effect.forEach(batch, (pending) =>

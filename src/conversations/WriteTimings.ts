@@ -10,6 +10,13 @@
 export const WRITE_DEADLINE_MS = 5_000
 export const WRITE_CONNECT_TIMEOUT_MS = 2_000
 export const WRITE_STATEMENT_TIMEOUT_MS = 2_000
+/**
+ * How long a write waits for a row another session holds (a delete cascading to its conversation, a
+ * write of another owner): under `WRITE_STATEMENT_TIMEOUT_MS`, so such a wait fails its batch
+ * statement (55P03) in time for the batch's other groups to be written alone; without it, the
+ * statement timeout failed every group of the batch.
+ */
+export const WRITE_LOCK_TIMEOUT_MS = 1_000
 export const WRITE_QUERY_TIMEOUT_MS = WRITE_STATEMENT_TIMEOUT_MS + 1_000
 export const WRITE_SETTLED_AFTER_MS = WRITE_CONNECT_TIMEOUT_MS + WRITE_QUERY_TIMEOUT_MS + 500
 /**

@@ -249,7 +249,13 @@ export const SetupClientLive = Layer.unwrapEffect(Effect.map(DatabasePool, ({ se
  */
 export const boundedClient = (
   connections: number,
-  timeouts: { readonly connectMs: number; readonly statementMs: number; readonly queryMs: number }
+  timeouts: {
+    readonly connectMs: number
+    readonly statementMs: number
+    readonly queryMs: number
+    /** How long a statement waits for a row lock (55P03 after it); unset: up to `statementMs`. */
+    readonly lockMs?: number
+  }
 ) =>
   Effect.gen(function*() {
     const config = yield* AppConfig
@@ -265,6 +271,7 @@ export const boundedClient = (
       // connection gone silent), after which the write's outcome is looked up, not guessed.
       query_timeout: timeouts.queryMs,
       idle_in_transaction_session_timeout: timeouts.statementMs,
+      ...(timeouts.lockMs === undefined ? {} : { lock_timeout: timeouts.lockMs }),
       keepAlive: true,
       options: "-c enable_seqscan=off -c plan_cache_mode=force_generic_plan"
     })

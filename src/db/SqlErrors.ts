@@ -8,6 +8,9 @@ const codeOf = (error: SqlError): string | undefined => {
 /** The statement broke a unique constraint (23505). */
 export const isUniqueViolation = (error: SqlError) => codeOf(error) === "23505"
 
+/** The statement waited for a lock longer than `lock_timeout` (55P03); it rolled back. */
+export const isLockTimeout = (error: SqlError) => codeOf(error) === "55P03"
+
 /** The statement broke a foreign key (23503). */
 export const isForeignKeyViolation = (error: SqlError) => codeOf(error) === "23503"
 
