@@ -12,7 +12,7 @@ import { WriteOutcomeUnknown } from "./ConversationEntity.js"
 export class Moved extends Data.TaggedError("Moved")<{}> {}
 
 type AppendDone = Reply<Activity, NotFound | ConversationClosed | Unavailable | WriteOutcomeUnknown | Moved>
-type StatusDone = Reply<{ readonly changed: boolean }, NotFound | Unavailable | Moved>
+type StatusDone = Reply<{ readonly changed: boolean }, NotFound | Unavailable | WriteOutcomeUnknown | Moved>
 
 /**
  * `arrivedLate`: the command reached the core past its deadline. Its delay was on the way (a shard
@@ -151,16 +151,23 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
 
     /**
      * Commands whose write failed or could not be decided: a 503 where nothing of the command can
-     * be stored; an append that `mayBeStored` gets "outcome unknown", settled by its caller (a
-     * status change is idempotent, so its 503 is safe to retry).
+     * be stored; one that `mayBeStored` gets "outcome unknown", settled by its caller.
      */
     const failUnwritten = (commands: ReadonlyArray<Command>, mayBeStored: (command: Command) => boolean) =>
       Effect.sync(() => {
         for (const command of commands) {
-          if (command._tag === "Append" && mayBeStored(command)) command.done(Exit.fail(new WriteOutcomeUnknown()))
+          if (mayBeStored(command)) command.done(Exit.fail(new WriteOutcomeUnknown()))
           else (command.done as StatusDone)(Exit.fail(databaseUnavailable()))
         }
       })
+
+    /**
+     * What may be stored when a round reads nothing: an append past its deadline or after a conflict
+     * (a re-send's first owner may have stored its draft). A status change is decided on the state
+     * as loaded, so a re-sent one is not written twice: its 503 is safe.
+     */
+    const appendMayBeStored = (attempt: number, now: number) => (command: Command) =>
+      command._tag === "Append" && (attempt > 0 || command.deadline < now)
 
     /**
      * What a round does with its commands, given the conversation as loaded and what of them is
@@ -248,8 +255,9 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
             // their deadline its commands are looked up: the stored activity, or the 503 as before.
             if (written.left._tag === "TooLate" && attempt === 0) return round(pending, attempt + 1)
             // Past the first attempt a conflict may be this very draft, stored meanwhile (a re-send).
-            const open = attempt > 0 || (written.left._tag === "WriteFailed" && isOutcomeUnknown(written.left.cause))
-            return failUnwritten(pending, () => open)
+            // A status change may be stored only by this write: a close whose answer was lost committed.
+            const unanswered = written.left._tag === "WriteFailed" && isOutcomeUnknown(written.left.cause)
+            return failUnwritten(pending, (command) => unanswered || (command._tag === "Append" && attempt > 0))
           }
           const inserted = written.right
           const last = inserted[inserted.length - 1]!
@@ -302,7 +310,7 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
         Either.isLeft(existing)
           // Nothing was written now, but a late append may have been before, and so may any
           // after a conflict (its draft id or key refused: stored already, by a re-send's first owner).
-          ? failUnwritten(commands, (command) => attempt > 0 || command.deadline < now)
+          ? failUnwritten(commands, appendMayBeStored(attempt, now))
           : writeDecided(current, decide(commands, current, existing.right, now), attempt))
     }
 
@@ -324,7 +332,7 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
         return Effect.flatMap(Effect.either(loadState(commands)), (loaded) =>
           Either.isLeft(loaded)
             // As when the look-up fails (`decideAndWrite`): what may be stored already is not a 503.
-            ? failUnwritten(commands, (command) => attempt > 0 || command.deadline < now)
+            ? failUnwritten(commands, appendMayBeStored(attempt, now))
             : Option.isNone(loaded.right)
             ? failAll(commands, new NotFound({ message: `conversation ${conversationId} not found` }))
             : decideAndWrite(commands, loaded.right.value, attempt))

@@ -5,9 +5,9 @@ import { Activity, ActivityDraft } from "../src/domain/Activity.js"
 import { ConversationClosed, NotFound, Unavailable } from "../src/domain/ApiError.js"
 
 /**
- * The append's write failed in a way that leaves its outcome open (its connection broke after
- * sending it): the caller looks the draft up once it is settled (WriteTimings), never answering a
- * 503 for an append that was stored.
+ * The write failed in a way that leaves its outcome open (its connection broke after sending it):
+ * the caller looks the draft (or the status) up once it is settled (WriteTimings), never answering
+ * a 503 for a change that was stored.
  */
 export class WriteOutcomeUnknown extends Schema.TaggedError<WriteOutcomeUnknown>()("WriteOutcomeUnknown", {}) {}
 
@@ -34,7 +34,7 @@ export const SetStatus = Rpc.make("SetStatus", {
     deadline: Schema.Number
   },
   success: Schema.Struct({ changed: Schema.Boolean }),
-  error: Schema.Union(NotFound, Unavailable)
+  error: Schema.Union(NotFound, Unavailable, WriteOutcomeUnknown)
 })
 
 /** Every activity with seq above `fromSeq`: stored ones first, then live ones, in seq order. */

@@ -144,6 +144,21 @@ describe.skipIf(serverUrl === undefined)("database outage", () => {
       expect(stored.map((a) => a.id)).toEqual([(reply.data as { id: string }).id])
     }))
 
+  // As for an append: the close committed (its event is stored), so a 503 would be wrong; once
+  // settled, the conversation is closed, which is the answer.
+  outageTest("a close whose write committed but whose answer was lost is answered 200 once settled, not 503",
+    Effect.gen(function*() {
+      const { conversationId, key, node, proxy } = yield* seededNodeBehindProxy
+      proxy.loseAnswerTo("append_batch")
+      const reply = yield* call(node.baseUrl, "POST", `/api/v1/conversations/${conversationId}/close`, { "x-api-key": key })
+      const stored = yield* storedActivities(node.baseUrl, key, conversationId)
+      expect({ status: reply.status, data: reply.data, stored: stored.length }).toMatchObject({
+        status: 200,
+        data: { status: "closed" },
+        stored: 1
+      })
+    }))
+
   // The batch statement reaches PostgreSQL only after the append was answered 503 (a stalled
   // backend or link): when it runs then, it must not store what the 503 said was not stored.
   outageTest("a write statement that reaches PostgreSQL past its deadline stores nothing",

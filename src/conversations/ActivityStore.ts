@@ -390,6 +390,20 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
         )
       )
 
+    /**
+     * The tenant's conversation's status once no write of it is in flight (as `findSettled` waits),
+     * for a close or reopen whose answer was lost; undefined when there is no such conversation.
+     */
+    const statusSettled = (tenantId: string, conversationId: string) =>
+      inTransaction(sql)(
+        sql`SELECT set_config('lock_timeout', ${`${IN_FLIGHT_WAIT_MS}ms`}, true)`.pipe(
+          // After the wait, FOR SHARE reads the row as the write left it.
+          Effect.zipRight(sql<{ status: string }>`
+            SELECT status FROM conversations WHERE id = ${conversationId} AND tenant_id = ${tenantId} FOR SHARE`),
+          Effect.map((rows) => rows[0]?.status)
+        )
+      )
+
     const readRange = SqlSchema.findAll({
       Request: Schema.Struct({ conversationId: Schema.String, after: Schema.Number, limit: Schema.Number }),
       Result: ActivityFromRow,
@@ -418,7 +432,7 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
     const headOf = (conversationId: string) =>
       Effect.map(headsOf([conversationId]), (heads) => heads.get(conversationId) ?? 0)
 
-    return { write, findExisting, findSettled, readAfter, headOf, headsOf } as const
+    return { write, findExisting, findSettled, statusSettled, readAfter, headOf, headsOf } as const
   })
 }) {}
 

@@ -130,6 +130,40 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
       )
 
     /**
+     * The answer to a close or reopen whose write's outcome is open (its answer lost), as
+     * `settleUnanswered` settles an append: once no write of it can still start or commit unseen,
+     * the conversation in the status asked for is the answer (a close is idempotent), and one not
+     * in it a 503 that holds (nothing was stored). No answer in time: 502, not a 503.
+     */
+    const settleStatus = (
+      tenantId: string,
+      conversationId: string,
+      status: "active" | "closed",
+      deadline: number
+    ): Effect.Effect<void, Unavailable | OutcomeUnknown> =>
+      Effect.suspend(() => Effect.sleep(Math.max(0, deadline + WRITE_SETTLED_AFTER_MS - Date.now()))).pipe(
+        Effect.zipRight(
+          store.statusSettled(tenantId, conversationId).pipe(
+            (lookUp) => answerWithin(lookUp, SETTLE_LOOKUP_TIMEOUT_MS, () => "slow" as const),
+            Effect.retry(Schedule.spaced(SETTLE_LOOKUP_PAUSE_MS)),
+            (lookUps) => answerWithin(lookUps, SETTLE_LOOKUP_BUDGET_MS, () => "slow" as const),
+            Effect.option
+          )
+        ),
+        Effect.flatMap((found): Effect.Effect<void, Unavailable | OutcomeUnknown> =>
+          Option.isNone(found)
+            ? Effect.fail(
+              new OutcomeUnknown({
+                message: "the outcome of this change is unknown (its write could not be confirmed in time); retry"
+              })
+            )
+            : found.value === status
+            ? Effect.void
+            : Effect.fail(databaseUnavailable())
+        )
+      )
+
+    /**
      * An append to a conversation this node owns goes straight to its core; others, and any the
      * core reports moved meanwhile, go through the cluster. The answer is awaited until
      * `ANSWER_TIMEOUT_MS` after the request arrived (`arrivedAt`), however long it took to get here.
@@ -276,13 +310,18 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
     const setStatus = (scope: ConversationScope, id: string, status: "active" | "closed") =>
       Effect.gen(function*() {
         yield* get(scope, id, { channels: false })
-        yield* clusterCall(entity(id.toLowerCase()).SetStatus({
+        const conversationId = id.toLowerCase()
+        const deadline = Date.now() + WRITE_DEADLINE_MS
+        yield* clusterCall(entity(conversationId).SetStatus({
           tenantId: scope.tenantId,
           status,
           reason: "manual",
           idleSince: null,
-          deadline: Date.now() + WRITE_DEADLINE_MS
-        }))
+          deadline
+        })).pipe(
+          // Its write may have committed: a 503 would say it did not.
+          Effect.catchTag("WriteOutcomeUnknown", () => settleStatus(scope.tenantId, conversationId, status, deadline))
+        )
         const after = yield* get(scope, id, { channels: false })
         return { ...after, participant: null }
       })

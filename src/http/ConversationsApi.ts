@@ -41,6 +41,7 @@ const status = <const Name extends string>(name: Name, action: "close" | "reopen
   HttpApiEndpoint.post(name, `/conversations/:id/${action}`)
     .setPath(ConversationPath)
     .addSuccess(Schema.Struct({ data: Conversation }))
+    .addError(envelope(OutcomeUnknown))
 
 /** Conversation routes of the tenant API that take `x-api-key` or the deprecated `x-channel-token`. */
 export class ConversationsApi extends HttpApiGroup.make("conversations")
