@@ -50,6 +50,24 @@ const SETTLE_LOOKUP_TIMEOUT_MS = 600
 const SETTLE_LOOKUP_PAUSE_MS = 250
 const SETTLE_LOOKUP_BUDGET_MS = 1_500
 
+/**
+ * `lookUp` once no write with this deadline can still start (`WRITE_SETTLED_AFTER_MS` past it):
+ * each look bounded, repeated after a pause, all within a budget; none when no look answered in
+ * time (neither bound waits for the query's cancellation: on a silent connection that takes seconds).
+ */
+const lookUpSettled = <A, E>(deadline: number, lookUp: Effect.Effect<A, E>) =>
+  Effect.suspend(() => Effect.sleep(Math.max(0, deadline + WRITE_SETTLED_AFTER_MS - Date.now()))).pipe(
+    Effect.zipRight(
+      lookUp.pipe(
+        (once) => answerWithin(once, SETTLE_LOOKUP_TIMEOUT_MS, () => "slow" as const),
+        // A database that answers nothing for a moment: another look, within the budget.
+        Effect.retry(Schedule.spaced(SETTLE_LOOKUP_PAUSE_MS)),
+        (looks) => answerWithin(looks, SETTLE_LOOKUP_BUDGET_MS, () => "slow" as const),
+        Effect.option
+      )
+    )
+  )
+
 /** The pause before an append whose owner let go of its shard is sent again. */
 const MOVED_RESEND_MS = 250
 
@@ -86,26 +104,19 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
       request: AppendRequest,
       notStored: () => Unavailable
     ): Effect.Effect<Activity, Unavailable | OutcomeUnknown> =>
-      Effect.suspend(() => Effect.sleep(Math.max(0, request.deadline + WRITE_SETTLED_AFTER_MS - Date.now()))).pipe(
-        Effect.zipRight(
-          // By the key too: a retry's own draft is new, and the append its key names may be stored.
-          // Within the caller's tenant: the conversation was never checked against it (the entity does
-          // that, and its answer is what was lost). Another tenant's conversation, its activities under
-          // the same key and a write of it in flight are then as unknown as a missing conversation.
-          store.findSettled(
-            request.tenantId,
-            conversationId,
-            [request.draft.id],
-            request.draft.idempotency_key === null ? [] : [request.draft.idempotency_key]
-          ).pipe(
-            // Neither bound waits for the query's cancellation: on a silent connection that takes seconds.
-            (lookUp) => answerWithin(lookUp, SETTLE_LOOKUP_TIMEOUT_MS, () => "slow" as const),
-            // A database that answers nothing for a moment: another look, within the budget.
-            Effect.retry(Schedule.spaced(SETTLE_LOOKUP_PAUSE_MS)),
-            (lookUps) => answerWithin(lookUps, SETTLE_LOOKUP_BUDGET_MS, () => "slow" as const),
-            Effect.option
-          )
-        ),
+      // By the key too: a retry's own draft is new, and the append its key names may be stored.
+      // Within the caller's tenant: the conversation was never checked against it (the entity does
+      // that, and its answer is what was lost). Another tenant's conversation, its activities under
+      // the same key and a write of it in flight are then as unknown as a missing conversation.
+      lookUpSettled(
+        request.deadline,
+        store.findSettled(
+          request.tenantId,
+          conversationId,
+          [request.draft.id],
+          request.draft.idempotency_key === null ? [] : [request.draft.idempotency_key]
+        )
+      ).pipe(
         // Rare (a node lost, a write's connection broken): worth a line for whoever looks into it.
         Effect.tap((found) =>
           Effect.logWarning("append settled after its answer was lost").pipe(
@@ -141,15 +152,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
       status: "active" | "closed",
       deadline: number
     ): Effect.Effect<void, Unavailable | OutcomeUnknown> =>
-      Effect.suspend(() => Effect.sleep(Math.max(0, deadline + WRITE_SETTLED_AFTER_MS - Date.now()))).pipe(
-        Effect.zipRight(
-          store.statusSettled(tenantId, conversationId).pipe(
-            (lookUp) => answerWithin(lookUp, SETTLE_LOOKUP_TIMEOUT_MS, () => "slow" as const),
-            Effect.retry(Schedule.spaced(SETTLE_LOOKUP_PAUSE_MS)),
-            (lookUps) => answerWithin(lookUps, SETTLE_LOOKUP_BUDGET_MS, () => "slow" as const),
-            Effect.option
-          )
-        ),
+      lookUpSettled(deadline, store.statusSettled(tenantId, conversationId)).pipe(
         Effect.flatMap((found): Effect.Effect<void, Unavailable | OutcomeUnknown> =>
           Option.isNone(found)
             ? Effect.fail(
