@@ -204,4 +204,27 @@ layer(TestNodeLive(), { excludeTestServices: true })("activity store", (it) => {
         expect(next.map((a) => a.seq)).toEqual([1])
       })
   )
+  // Near their size limits activities are about 250 kB each; many in one statement outlasted the
+  // statement timeout and the whole batch failed. Each statement now carries at most 8 MiB of JSON.
+  it.effect("groups written at once share statements only up to a size: large ones are spread over several", () =>
+    Effect.gen(function*() {
+      const tenant = yield* createTenant()
+      const channel = yield* insertChannel(tenant.id)
+      const conversations = yield* Effect.all(Array.from({ length: 40 }, () => insertConversation(tenant.id, channel.id)))
+      const store = yield* ActivityStore
+      const large = "x".repeat(300_000)
+      const written = yield* Effect.all(conversations.map((id) => store.write(group(tenant.id, id, 0, large))), {
+        concurrency: "unbounded"
+      })
+      expect(written.map((activities) => activities.length)).toEqual(conversations.map(() => 1))
+      // Each statement is a transaction of its own, with its own `now()`.
+      const statements = yield* query<{ n: number }>(
+        "SELECT count(*)::int AS n FROM activities WHERE conversation_id = ANY($1::uuid[]) GROUP BY inserted_at",
+        [conversations]
+      )
+      expect(statements.length).toBeGreaterThan(1)
+      // 8 MiB holds 27 of these (300,000 characters each, and their other fields).
+      expect(Math.max(...statements.map((row) => row.n))).toBeLessThanOrEqual(27)
+      expect(statements.reduce((sum, row) => sum + row.n, 0)).toBe(40)
+    }))
 })

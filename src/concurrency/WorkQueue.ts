@@ -60,6 +60,12 @@ export class WorkQueue<T> {
     )
   }
 
+  /** Puts items taken back at the head of the queue, in order, and wakes an idle consumer. */
+  putBack(items: ReadonlyArray<T>): void {
+    this.items.unshift(...items)
+    this.idle.shift()?.()
+  }
+
   /** Removes and returns everything waiting. */
   drain(): Array<T> {
     return this.items.splice(0)

@@ -67,6 +67,13 @@ const MAX_CLOCK_SKEW_MS = 1_000
 /** Groups written in one statement at the most; more wait for the next one. */
 const MAX_GROUPS_PER_TRANSACTION = 128
 /**
+ * The JSON one statement carries at the most, in UTF-16 code units (about bytes); a larger group
+ * goes alone. Without it, a batch of activities near their size limits (about 250 kB each, twice
+ * that with a delivery) outlasted the statement timeout and failed whole, the next one alike: one
+ * client sending large activities stopped every append of the node. 8 MiB takes about 0.2 s.
+ */
+const MAX_STATEMENT_JSON = 8 * 1024 * 1024
+/**
  * Batch statements in flight at once; each holds one pool connection. Fewer writers make larger
  * batches, which cost less per append; two keep appends moving while one batch waits on a lock
  * (1, 3 and 4 measured no better).
@@ -105,6 +112,41 @@ const redactedActivity = (activity: Activity): Record<string, unknown> => {
   for (const field of FREE_FORM_FIELDS) out[field] = redactSensitive(activity[field])
   for (const field of HIDDEN_FIELDS) if (out[field] !== null) out[field] = REDACTED
   return out
+}
+
+/** A group's activity rows as the batch statement reads them. */
+const activityRows = (g: WriteGroup) =>
+  g.activities.map((a, i) => ({ ...a, conversation_id: g.conversationId, tenant_id: g.tenantId, seq: g.oldHead + 1 + i }))
+
+/** A group's planned deliveries; their payloads are the stored activities (the statement fills in `inserted_at`). */
+const deliveryRows = (g: WriteGroup) =>
+  g.deliveries.map((d) => {
+    const i = g.activities.findIndex((a) => a.id === d.activityId)
+    return {
+      id: d.id,
+      tenant_id: g.tenantId,
+      activity_id: d.activityId,
+      conversation_id: g.conversationId,
+      channel_id: d.channelId,
+      payload: redactedActivity(storedActivity(g.activities[i]!, g.oldHead + 1 + i, g, ""))
+    }
+  })
+
+/** The rows of groups as the statement's JSON documents. */
+const encodeRows = (groups: ReadonlyArray<WriteGroup>) => {
+  const rows = JSON.stringify(groups.flatMap(activityRows))
+  const planned = JSON.stringify(groups.flatMap(deliveryRows))
+  return { rows, planned, size: rows.length + planned.length }
+}
+
+/** How many of the groups, from the first, one statement carries (at least one). */
+const groupsFitting = (groups: ReadonlyArray<WriteGroup>) => {
+  let size = 0
+  for (let i = 0; i < groups.length; i++) {
+    size += encodeRows([groups[i]!]).size
+    if (size > MAX_STATEMENT_JSON) return Math.max(1, i)
+  }
+  return groups.length
 }
 
 /**
@@ -162,7 +204,7 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
      * does not move. Answers per group: its activities, `KeyTaken` or `SeqTaken`. A unique violation
      * (an id or idempotency key stored meanwhile) fails the whole statement.
      */
-    const writeGroups = (groups: ReadonlyArray<WriteGroup>) =>
+    const writeGroups = (groups: ReadonlyArray<WriteGroup>, encoded = encodeRows(groups)) =>
       Effect.gen(function*() {
         // Each set of rows goes as one JSON document: no per-value array escaping on either side.
         const heads = groups.map((g) => ({
@@ -172,23 +214,7 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
           status: g.status,
           deadline: g.deadline
         }))
-        const rows = groups.flatMap((g) =>
-          g.activities.map((a, i) => ({ ...a, conversation_id: g.conversationId, tenant_id: g.tenantId, seq: g.oldHead + 1 + i }))
-        )
-        // Delivery payloads are the stored activities; the statement fills in `inserted_at`.
-        const planned = groups.flatMap((g) =>
-          g.deliveries.map((d) => {
-            const i = g.activities.findIndex((a) => a.id === d.activityId)
-            return {
-              id: d.id,
-              tenant_id: g.tenantId,
-              activity_id: d.activityId,
-              conversation_id: g.conversationId,
-              channel_id: d.channelId,
-              payload: redactedActivity(storedActivity(g.activities[i]!, g.oldHead + 1 + i, g, ""))
-            }
-          })
-        )
+        const rows = groups.flatMap((g) => g.activities.map((a) => ({ ...a, conversation_id: g.conversationId })))
         const edits = rows.filter((r) => r.type === "messageUpdate").map((r) => r.reply_to_id)
         const deletes = rows.filter((r) => r.type === "messageDelete").map((r) => r.reply_to_id)
         const keyed = rows.filter((r) => r.idempotency_key !== null)
@@ -235,7 +261,7 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
                                     idempotency_key, reply_to_id, message_type, payload, source_channel_id)
             SELECT t.conversation_id, t.seq, t.id, t.tenant_id, t.type, t.sender, t.text, t.attachments, t.metadata,
                    t.idempotency_key, t.reply_to_id, t.message_type, t.payload, t.source_channel_id
-            FROM jsonb_to_recordset(${JSON.stringify(rows)}::jsonb)
+            FROM jsonb_to_recordset(${encoded.rows}::jsonb)
                  AS t(conversation_id uuid, seq int8, id uuid, tenant_id uuid, type text, sender text, text text,
                       attachments jsonb, metadata jsonb, idempotency_key text, reply_to_id uuid, message_type text,
                       payload jsonb, source_channel_id uuid)
@@ -244,7 +270,7 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
             INSERT INTO deliveries (id, tenant_id, activity_id, conversation_id, channel_id, payload, next_attempt_at)
             SELECT t.id, t.tenant_id, t.activity_id, t.conversation_id, t.channel_id,
                    jsonb_set(t.payload, '{inserted_at}', to_jsonb((SELECT at FROM clock))), now()
-            FROM jsonb_to_recordset(${JSON.stringify(planned)}::jsonb)
+            FROM jsonb_to_recordset(${encoded.planned}::jsonb)
                  AS t(id uuid, tenant_id uuid, activity_id uuid, conversation_id uuid, channel_id uuid, payload jsonb)
             WHERE t.conversation_id IN (SELECT id FROM moved)
               AND EXISTS (SELECT 1 FROM channels ch WHERE ch.id = t.channel_id AND ch.mode <> 'inbound')
@@ -301,11 +327,30 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
      * One statement for the batch; if a conflict, a refused value or a row lock held elsewhere fails
      * it, each group alone, so that one group's problem fails only that group.
      */
-    const writeBatch = (waiting: ReadonlyArray<Pending>) =>
+    /**
+     * The groups taken that one statement writes, with their rows encoded: those still in time, and
+     * of large ones only as many as fit; the rest go back to the head of the queue.
+     */
+    const nextStatement = (taken: ReadonlyArray<Pending>) => {
+      let batch = inTime(taken)
+      let encoded = encodeRows(batch.map((p) => p.group))
+      if (encoded.size > MAX_STATEMENT_JSON && batch.length > 1) {
+        const fitting = groupsFitting(batch.map((p) => p.group))
+        queue.putBack(batch.slice(fitting))
+        batch = batch.slice(0, fitting)
+        encoded = encodeRows(batch.map((p) => p.group))
+      }
+      return { batch, encoded }
+    }
+
+    /**
+     * One statement for the batch; if a conflict, a refused value or a row lock held elsewhere fails
+     * it, each group alone, so that one group's problem fails only that group.
+     */
+    const writeBatch = (batch: ReadonlyArray<Pending>, encoded: ReturnType<typeof encodeRows>) =>
       Effect.gen(function*() {
-        const batch = inTime(waiting)
         if (batch.length === 0) return
-        const together = yield* Effect.either(writeGroups(batch.map((p) => p.group)))
+        const together = yield* Effect.either(writeGroups(batch.map((p) => p.group), encoded))
         if (Either.isRight(together)) {
           return yield* Effect.forEach(batch, (pending, i) => settle(pending, together.right[i]!), { discard: true })
         }
@@ -326,18 +371,24 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
 
     yield* Effect.forkScoped(
       Effect.forever(queue.take(MAX_GROUPS_PER_TRANSACTION).pipe(
-        Effect.flatMap((chunk) =>
-          writeBatch(chunk).pipe(
+        Effect.flatMap((taken) => {
+          // The callers this statement answers: groups put back belong to a later one.
+          let answering: ReadonlyArray<Pending> = taken
+          return Effect.suspend(() => {
+            const { batch, encoded } = nextStatement(taken)
+            answering = batch
+            return writeBatch(batch, encoded)
+          }).pipe(
             // A bug in one batch answers its callers with the defect; the writer keeps writing.
             Effect.catchAllCause((cause) =>
               Effect.logError("activity write failed unexpectedly", cause).pipe(
                 Effect.zipRight(Effect.sync(() => {
-                  for (const { done } of chunk) done(Exit.failCause(cause))
+                  for (const { done } of answering) done(Exit.failCause(cause))
                 }))
               )
             )
           )
-        )
+        })
       )).pipe(Effect.replicateEffect(WRITERS, { concurrency: "unbounded", discard: true }))
     )
 
