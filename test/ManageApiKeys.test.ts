@@ -244,6 +244,25 @@ layer(TestNodeLive(), { excludeTestServices: true })("scoped API keys", (it) => 
         expect(used[0]!.last_used_at).toBeNull()
       }).pipe(Effect.scoped))
 
+    stored("a key whose last_used_at cannot be written still authenticates; the mark is written on a later use", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const key = yield* issue(tenant.api_key, { scopes: ["manage"] })
+        // PostgreSQL refuses the mark for this key only, as a failing write of it would.
+        const refuse = `refuse_mark_${key.id.replaceAll("-", "")}`
+        yield* query(`CREATE FUNCTION ${refuse}() RETURNS trigger LANGUAGE plpgsql AS $$
+          BEGIN RAISE EXCEPTION 'mark refused'; END $$`)
+        yield* query(`CREATE TRIGGER ${refuse} BEFORE UPDATE OF last_used_at ON api_keys FOR EACH ROW
+          WHEN (OLD.id = '${key.id}') EXECUTE FUNCTION ${refuse}()`)
+        const refused = yield* manage(key.key, "GET", "/api_keys").pipe(
+          Effect.ensuring(query(`DROP FUNCTION ${refuse}() CASCADE`))
+        )
+        expect(refused.status).toBe(200)
+        expect(yield* lastUsedAt(key.id)).toBeNull()
+        expect((yield* manage(key.key, "GET", "/api_keys")).status).toBe(200)
+        expect(yield* lastUsedAt(key.id)).not.toBeNull()
+      }))
+
     stored("revoking takes effect at once; the key stays listed with revoked_at", () =>
       Effect.gen(function*() {
         const tenant = yield* createTenant()

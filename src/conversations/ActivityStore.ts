@@ -324,10 +324,6 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
     }
 
     /**
-     * One statement for the batch; if a conflict, a refused value or a row lock held elsewhere fails
-     * it, each group alone, so that one group's problem fails only that group.
-     */
-    /**
      * The groups taken that one statement writes, with their rows encoded: those still in time, and
      * of large ones only as many as fit; the rest go back to the head of the queue.
      */

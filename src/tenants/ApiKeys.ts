@@ -52,9 +52,13 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
         const found = yield* decodeAuthRows(rows).pipe(Effect.orDie)
         const stale = [...new Set(found.filter((row) => row.stale).map((row) => row.id))]
         // A key row locked by a change in progress keeps its mark until its next use: never wait here.
+        // The mark is bookkeeping: when it cannot be written, the keys found are still valid (a failed
+        // update answered 503 to every request of the batch), and their next use tries again.
         if (stale.length > 0) {
           yield* sql`UPDATE api_keys SET last_used_at = now()
-                     WHERE id IN (SELECT id FROM api_keys WHERE id = ANY(${stale}::uuid[]) FOR UPDATE SKIP LOCKED)`
+                     WHERE id IN (SELECT id FROM api_keys WHERE id = ANY(${stale}::uuid[]) FOR UPDATE SKIP LOCKED)`.pipe(
+            Effect.catchAllCause((cause) => Effect.logWarning("last_used_at of API keys not written", cause))
+          )
         }
         const byHash = new Map(found.map((row) => [row.hash, row]))
         return hashes.map((hash) => Option.fromNullable(byHash.get(hash)))
