@@ -91,6 +91,40 @@ layer(TestNodeLive({ PURGE_INTERVAL_SECONDS: "3600" }), { excludeTestServices: t
       expect(yield* countOf("deliveries", small)).toBe(0)
       expect(yield* purge.backlog).toBe(0)
     }))
+  it.effect("small conversations are purged fifty to a statement, a chunk's last one only once all of it is gone", () =>
+    Effect.gen(function*() {
+      const tenant = yield* createTenant()
+      const channel = yield* insertChannel(tenant.id)
+      const ids = yield* Effect.all(Array.from({ length: 70 }, () => insertConversation(tenant.id, channel.id)))
+      const sorted = [...ids].sort()
+      // Three activities each; the 20th in key order has 990.
+      yield* query(
+        `INSERT INTO activities (conversation_id, seq, id, tenant_id, type, sender, text)
+         SELECT c, s, gen_random_uuid(), $2, 'message', 'user', 'bulk'
+         FROM UNNEST($1::uuid[]) AS c, generate_series(1, CASE WHEN c = $3::uuid THEN 990 ELSE 3 END) AS s`,
+        [ids, tenant.id, sorted[19]]
+      )
+      expect((yield* admin("DELETE", `/tenants/${tenant.id}`)).status).toBe(204)
+      const total = () =>
+        Effect.map(
+          query<{ n: number }>("SELECT count(*)::int AS n FROM activities WHERE conversation_id = ANY($1::uuid[])", [ids]),
+          (rows) => rows[0]!.n
+        )
+      const purge = yield* ConversationPurge
+      expect(yield* purge.backlog).toBe(70)
+      // 19 × 3 + 990 = 1,047 rows in the first 20: the chunk's thousand end inside the 20th, which stays queued.
+      yield* purge.purge(1)
+      expect(yield* total()).toBe(69 * 3 + 990 - 1000)
+      expect(yield* queued).toEqual(sorted.slice(19))
+      // The next takes fifty: the 20th's rest and 49 more, all emptied and dequeued; one is left.
+      yield* purge.purge(1)
+      expect(yield* queued).toEqual(sorted.slice(69))
+      expect(yield* total()).toBe(3)
+      yield* purge.purge(1)
+      expect(yield* total()).toBe(0)
+      expect(yield* queued).toEqual([])
+    }))
+
   it.effect("an index a failed CREATE INDEX CONCURRENTLY left invalid is dropped, so the migration builds it", () =>
     Effect.gen(function*() {
       const table = `t_${crypto.randomUUID().replaceAll("-", "")}`

@@ -5,15 +5,22 @@ import { JobRunner } from "../ops/JobRunner.js"
 
 /** Activities (and their deliveries) deleted per statement: short transactions, bounded WAL. */
 const CHUNK = 1000
+/**
+ * Queued conversations one statement takes: small conversations are purged many at a time (one per
+ * statement, a tenant of 100,000 short conversations took 100,000 statements), while a statement
+ * still reads at most `CHUNK` activities of each.
+ */
+const TARGETS = 50
 /** Chunks per run, so one run of a large backlog does not hold the job for long. */
 const CHUNKS_PER_RUN = 200
 
 /**
  * Purges what deleted conversations left behind (migration 0004, ADR 0008): their activities and
- * deliveries, in chunks. Each chunk is one statement that takes a queued conversation no other node
- * is purging (`SKIP LOCKED`, in key order: the queue's index finds one in constant time, however
- * many a tenant delete queued), deletes up to `CHUNK` of its oldest activities with their
- * deliveries, and dequeues the conversation with its last chunk.
+ * deliveries, in chunks. Each chunk is one statement that takes up to `TARGETS` queued
+ * conversations no other node is purging (`SKIP LOCKED`, in key order: the queue's index finds them
+ * in constant time, however many a tenant delete queued), deletes the first `CHUNK` of their
+ * activities in (conversation, seq) order with their deliveries, and dequeues every conversation
+ * the chunk emptied: all but the last one in it, and that one too when the chunk was not full.
  */
 export class ConversationPurge extends Effect.Service<ConversationPurge>()("parley/ConversationPurge", {
   effect: Effect.gen(function*() {
@@ -23,17 +30,20 @@ export class ConversationPurge extends Effect.Service<ConversationPurge>()("parl
     const purgeChunk = Effect.map(
       sql<{ taken: number }>`
         WITH target AS (
-          SELECT conversation_id FROM conversation_purges ORDER BY conversation_id LIMIT 1 FOR UPDATE SKIP LOCKED
+          SELECT conversation_id FROM conversation_purges ORDER BY conversation_id LIMIT ${TARGETS} FOR UPDATE SKIP LOCKED
         ), chunk AS (
-          SELECT a.conversation_id, a.seq, a.id FROM activities a JOIN target USING (conversation_id)
-          ORDER BY a.seq LIMIT ${CHUNK}
+          SELECT target.conversation_id, first.seq, first.id
+          FROM target, LATERAL (SELECT a.seq, a.id FROM activities a WHERE a.conversation_id = target.conversation_id
+                                ORDER BY a.seq LIMIT ${CHUNK}) AS first
+          ORDER BY target.conversation_id, first.seq LIMIT ${CHUNK}
         ), deliveries_gone AS (
           DELETE FROM deliveries d USING chunk WHERE d.activity_id = chunk.id
         ), activities_gone AS (
           DELETE FROM activities a USING chunk WHERE a.conversation_id = chunk.conversation_id AND a.seq = chunk.seq
         ), dequeued AS (
           DELETE FROM conversation_purges p USING target
-          WHERE p.conversation_id = target.conversation_id AND (SELECT count(*) FROM chunk) < ${CHUNK}
+          WHERE p.conversation_id = target.conversation_id
+            AND ((SELECT count(*) FROM chunk) < ${CHUNK} OR target.conversation_id < (SELECT conversation_id FROM chunk ORDER BY conversation_id DESC LIMIT 1))
         )
         SELECT count(*)::int AS taken FROM target`,
       (rows) => (rows[0]?.taken ?? 0) > 0
