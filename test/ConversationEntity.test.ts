@@ -2,7 +2,7 @@ import { expect, layer } from "@effect/vitest"
 import { SqlClient, SqlError } from "@effect/sql"
 import { Sharding } from "@effect/cluster"
 import { Cause, Context, Effect, ExecutionStrategy, Exit, Fiber, FiberId, Layer, Runtime, Schedule, Scope } from "effect"
-import { type AppendRequest, makeConversationCore } from "../cluster/ConversationCore.js"
+import { type AppendRequest, makeConversationCore, type StatusRequest } from "../cluster/ConversationCore.js"
 import { ConversationCores } from "../cluster/ConversationCores.js"
 import { moved } from "../cluster/ConversationEntityLive.js"
 import { ConversationEntity } from "../cluster/ConversationEntity.js"
@@ -33,23 +33,35 @@ const secondOwner = (conversationId: string, failing: { on: boolean }) =>
     )
   })
 
-/**
- * The node's cluster, except that every SetStatus call ends interrupted from the entity's side, as
- * a call does whose owner stopped it mid-way (a handoff past the entity termination timeout).
- */
-const SetStatusInterrupted = overrideConversationCall("SetStatus", () => () => Effect.failCause(Cause.interrupt(FiberId.make(1_000_000, 0))))
+/** What a call ends with when its owner stopped it mid-way (a handoff past the entity termination timeout). */
+const interruptedByOwner = Effect.failCause(Cause.interrupt(FiberId.make(1_000_000, 0)))
 
 layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it) => {
-  it.scoped("a close whose cluster call ends interrupted by the other side is a 503 cluster_unavailable", () =>
+  it.scoped("a close whose cluster call ends interrupted by the other side is settled by the conversation's status", () =>
     Effect.gen(function*() {
-      const { conversationId, tenant } = yield* tenantWithConversation
+      const [lost, stored] = yield* Effect.all([tenantWithConversation, tenantWithConversation])
+      // The owner stops one close before it writes anything, the other after its write committed.
+      const SetStatusInterrupted = overrideConversationCall("SetStatus", (real, entityId) => (payload: StatusRequest) =>
+        entityId === stored.conversationId ? Effect.zipRight(real.SetStatus(payload), interruptedByOwner) : interruptedByOwner
+      )
       const conversations = Context.get(
         yield* Layer.build(Conversations.Default.pipe(Layer.provide(SetStatusInterrupted))),
         Conversations
       )
-      const exit = yield* Effect.exit(conversations.setStatus({ tenantId: tenant.id, channelId: null }, conversationId, "closed"))
-      const error = Exit.isFailure(exit) ? Cause.failureOption(exit.cause) : undefined
+      const close = (case_: typeof lost) =>
+        Effect.exit(conversations.setStatus({ tenantId: case_.tenant.id, channelId: null }, case_.conversationId, "closed"))
+      const [notWritten, written] = yield* Effect.all([close(lost), close(stored)], { concurrency: "unbounded" })
+      const error = Exit.isFailure(notWritten) ? Cause.failureOption(notWritten.cause) : undefined
       expect(error?._tag === "Some" && error.value._tag === "Unavailable" && error.value.reason).toBe("cluster_unavailable")
+      expect(Exit.isSuccess(written) && written.value.status).toBe("closed")
+      const statuses = yield* query<{ id: string; status: string }>(
+        "SELECT id, status FROM conversations WHERE id = ANY($1::uuid[]) ORDER BY id",
+        [[lost.conversationId, stored.conversationId]]
+      )
+      expect(Object.fromEntries(statuses.map((row) => [row.id, row.status]))).toEqual({
+        [lost.conversationId]: "active",
+        [stored.conversationId]: "closed"
+      })
     }))
 
   // A crash re-send of this draft reached a node that let go of the shard before taking it: the

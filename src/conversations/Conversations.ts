@@ -30,20 +30,32 @@ const tagged = <const T extends string>(...tags: ReadonlyArray<T>) =>
 /** The cluster did not take the message: nothing of it will be done. */
 const isRefused = tagged("MailboxFull", "AlreadyProcessingMessage")
 
-/** Maps what any cluster call can fail with besides its declared errors. */
-const clusterCall = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-  effect.pipe(
-    // Cluster calls retry forever while a shard moves: every call gets a deadline.
-    Effect.timeoutFail({ duration: ANSWER_TIMEOUT_MS, onTimeout: clusterUnavailable }),
-    Effect.catchIf(tagged("MailboxFull", "AlreadyProcessingMessage", "PersistenceError"), () => Effect.fail(clusterUnavailable())),
-    // A call ended by an interruption from the cluster's side (its owner stopping it mid-way in a
-    // handoff, the client shutting down) is a 503 too, not an empty answer; this request's own
-    // interruption is not caught.
-    Effect.catchAllCause((cause) => Cause.isInterruptedOnly(cause) ? Effect.fail(clusterUnavailable()) : Effect.failCause(cause))
-  )
-
-/** An append's cluster call that ended without its answer: the draft may or may not be stored. */
+/** A write's cluster call that ended without its answer: the write may or may not be stored. */
 class Unanswered extends Data.TaggedError("Unanswered")<{}> {}
+
+/**
+ * A write through the cluster, bounded by `timeoutMs` (cluster calls retry forever while a shard
+ * moves). A call the cluster refused did nothing: 503. One left without its answer (no reply in
+ * time, the owner's connection lost, the call ended by an interruption from the cluster's side: its
+ * owner stopping it mid-way in a handoff) may have committed, so `settle` decides, told what to
+ * answer when the write is found not stored: the cluster's 503, or the database's when the owner
+ * reported its write's outcome unknown. This request's own interruption is not caught.
+ */
+const writeThroughCluster = <A, E extends { readonly _tag: string }, R, A2, E2>(
+  call: Effect.Effect<A, E, R>,
+  timeoutMs: number,
+  settle: (notStored: () => Unavailable) => Effect.Effect<A2, E2>
+) =>
+  call.pipe(
+    Effect.timeoutFail({ duration: timeoutMs, onTimeout: () => new Unanswered() }),
+    Effect.catchIf(isRefused, () => Effect.fail(clusterUnavailable())),
+    Effect.catchIf(tagged("Unanswered", "PersistenceError"), () => settle(clusterUnavailable)),
+    Effect.catchIf(tagged("WriteOutcomeUnknown"), () => settle(databaseUnavailable)),
+    // A defect or an interruption of the call itself.
+    Effect.catchAllCause((cause) =>
+      Option.match(Cause.failureOption(cause), { onSome: Effect.fail, onNone: () => settle(clusterUnavailable) })
+    )
+  )
 
 /** Looks at a settled draft: each bounded, repeated after a pause, all within a budget. */
 const SETTLE_LOOKUP_TIMEOUT_MS = 600
@@ -150,7 +162,8 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
       tenantId: string,
       conversationId: string,
       status: "active" | "closed",
-      deadline: number
+      deadline: number,
+      notStored: () => Unavailable
     ): Effect.Effect<void, Unavailable | OutcomeUnknown> =>
       lookUpSettled(deadline, store.statusSettled(tenantId, conversationId)).pipe(
         Effect.flatMap((found): Effect.Effect<void, Unavailable | OutcomeUnknown> =>
@@ -162,7 +175,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
             )
             : found.value === status
             ? Effect.void
-            : Effect.fail(databaseUnavailable())
+            : Effect.fail(notStored())
         )
       )
 
@@ -173,33 +186,23 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
      */
     const appendTo = (conversationId: string, request: AppendRequest, arrivedAt: number) => {
       const answerWithinMs = () => Math.max(0, arrivedAt + ANSWER_TIMEOUT_MS - Date.now())
-      // Built only when taken: most appends go to a local core.
+      // Built only when taken: most appends go to a local core. A call made anew for each sending.
       const viaCluster = Effect.suspend(() =>
-        // A call made anew for each sending.
-        Effect.suspend(() => entity(conversationId).Append(request)).pipe(
-          // The owner let go of the shard before taking the command (a handoff, a lost lock). Sent
-          // again, it reaches the next owner, which answers with the stored activity if an owner
-          // lost before wrote this draft (a crash re-send): that answer must not be a 503. Past the
-          // deadline `cluster_unavailable` is a late arrival, looked up and not found: final.
-          Effect.retry({
-            schedule: Schedule.spaced(MOVED_RESEND_MS),
-            while: (error) =>
-              error._tag === "Unavailable" && error.reason === "cluster_unavailable" &&
-              Date.now() + MOVED_RESEND_MS < request.deadline
-          }),
-          // Bounded like every cluster call, but an append left without its answer is settled, not guessed.
-          Effect.timeoutFail({ duration: answerWithinMs(), onTimeout: () => new Unanswered() })
-        )
-      ).pipe(
-        Effect.catchIf(isRefused, () => Effect.fail(clusterUnavailable())),
-        Effect.catchIf(tagged("Unanswered", "PersistenceError"), () => settleUnanswered(conversationId, request, clusterUnavailable)),
-        Effect.catchTag("WriteOutcomeUnknown", () => settleUnanswered(conversationId, request, databaseUnavailable)),
-        // A defect or an interruption of the call itself (this request's own interruption is not caught).
-        Effect.catchAllCause((cause) =>
-          Option.match(Cause.failureOption(cause), {
-            onSome: Effect.fail,
-            onNone: () => settleUnanswered(conversationId, request, clusterUnavailable)
-          })
+        writeThroughCluster(
+          Effect.suspend(() => entity(conversationId).Append(request)).pipe(
+            // The owner let go of the shard before taking the command (a handoff, a lost lock). Sent
+            // again, it reaches the next owner, which answers with the stored activity if an owner
+            // lost before wrote this draft (a crash re-send): that answer must not be a 503. Past the
+            // deadline `cluster_unavailable` is a late arrival, looked up and not found: final.
+            Effect.retry({
+              schedule: Schedule.spaced(MOVED_RESEND_MS),
+              while: (error) =>
+                error._tag === "Unavailable" && error.reason === "cluster_unavailable" &&
+                Date.now() + MOVED_RESEND_MS < request.deadline
+            })
+          ),
+          answerWithinMs(),
+          (notStored) => settleUnanswered(conversationId, request, notStored)
         )
       )
       return cores.isOwned(conversationId)
@@ -315,15 +318,11 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
         yield* get(scope, id, { channels: false })
         const conversationId = id.toLowerCase()
         const deadline = Date.now() + WRITE_DEADLINE_MS
-        yield* clusterCall(entity(conversationId).SetStatus({
-          tenantId: scope.tenantId,
-          status,
-          reason: "manual",
-          idleSince: null,
-          deadline
-        })).pipe(
-          // Its write may have committed: a 503 would say it did not.
-          Effect.catchTag("WriteOutcomeUnknown", () => settleStatus(scope.tenantId, conversationId, status, deadline))
+        // A change left without its answer may have committed: a 503 would say it did not.
+        yield* writeThroughCluster(
+          entity(conversationId).SetStatus({ tenantId: scope.tenantId, status, reason: "manual", idleSince: null, deadline }),
+          ANSWER_TIMEOUT_MS,
+          (notStored) => settleStatus(scope.tenantId, conversationId, status, deadline, notStored)
         )
         const after = yield* get(scope, id, { channels: false })
         return { ...after, participant: null }
