@@ -107,9 +107,9 @@ export const pruneCounters = Effect.flatMap(SqlClient.SqlClient, (sql) =>
 /**
  * Fixed-window rate limits (client-api.md "Limits"), windows aligned to wall-clock time. Each node
  * decides from what it accepted in the window plus what the other nodes had counted when it last
- * looked, and every `RATE_LIMIT_SYNC_MS` writes its own count to a shared table (one row per node
- * and window) and reads the others' for the windows it used since; so a burst overshoots by at most
- * what the other nodes accept within one interval.
+ * looked, and twice every `RATE_LIMIT_SYNC_MS` writes its own count to a shared table (one row per
+ * node and window) and reads the others' for the windows it used since; so a burst overshoots by at
+ * most what the other nodes accept within one interval.
  */
 export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimiter", {
   scoped: Effect.gen(function*() {
