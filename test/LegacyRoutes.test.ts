@@ -280,7 +280,12 @@ layer(
           { body: ["active"] },
           { raw: "{not json" },
           // Valid JSON that PostgreSQL cannot store (U+0000 in jsonb)
-          { body: { metadata: { k: "a\u0000b" } } }
+          { body: { metadata: { k: "a\u0000b" } } },
+          // Metadata that would be stored changed: 1e999 as null, a __proto__ key dropped or renamed.
+          { raw: `{"metadata": {"n": 1e999}}` },
+          { raw: `{"metadata": {"__proto__": {"x": 1}}}` },
+          { raw: `{"metadata": {"list": [{"__proto__": 1}]}}` },
+          { raw: `{"metadata": {"s": "half a pair \\ud800"}}` }
         ]
         for (const body of bodies) {
           const reply = yield* post("/conversations", { secret: channel.secret, ...body })

@@ -2,13 +2,14 @@ import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
 import type * as HttpServerError from "@effect/platform/HttpServerError"
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
-import { Data, Effect, Schema } from "effect"
+import { Data, Effect, Predicate, Schema } from "effect"
 import { ChannelTokens, invalidChannelToken } from "../auth/ChannelTokens.js"
 import { TokenSigner } from "../auth/TokenSigner.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { Conversations } from "../conversations/Conversations.js"
 import { BadRequest, ChannelInactive, Forbidden, Unauthorized } from "../domain/ApiError.js"
 import { Characters } from "../domain/Characters.js"
+import { findUnstorable } from "../domain/Unstorable.js"
 import { RateLimiter } from "../ratelimit/RateLimiter.js"
 import { clientAddress } from "./ClientAddress.js"
 import { isBodyTooLarge, isJsonContentType, MAX_JSON_DEPTH, nestsDeeperThan } from "./EdgeRules.js"
@@ -38,17 +39,24 @@ class InvalidBody extends Data.TaggedError("InvalidBody")<{}> {}
 /**
  * The JSON body decoded by `schema`; an empty body reads as `{}`, so a bodiless create takes the
  * defaults. The edge's body rules hold here too (JSON only, nesting depth): the create route
- * answers them itself, as it maps every bad body to 401.
+ * answers them itself, as it maps every bad body to 401. `stored` picks, from the JSON as sent, what
+ * the route stores: a value in it that would not be stored as sent (`1e999` stored as `null`, a
+ * `__proto__` key dropped by decoding, U+0000) makes the body invalid, never stored changed.
  */
-const jsonBody = <A, I>(schema: Schema.Schema<A, I>) =>
+const jsonBody = <A, I>(schema: Schema.Schema<A, I>, stored: (json: unknown) => unknown = () => undefined) =>
   HttpServerRequest.HttpServerRequest.pipe(
     Effect.flatMap((request): Effect.Effect<string, InvalidBody | HttpServerError.RequestError> =>
       isJsonContentType(request.headers["content-type"]) ? request.text : Effect.fail(new InvalidBody())
     ),
     Effect.filterOrFail((text) => !nestsDeeperThan(text, MAX_JSON_DEPTH), () => new InvalidBody()),
-    Effect.flatMap((text) => Schema.decodeUnknown(Schema.parseJson(schema))(text.trim() === "" ? "{}" : text)),
+    Effect.flatMap((text) => Schema.decodeUnknown(Schema.parseJson())(text.trim() === "" ? "{}" : text)),
+    Effect.filterOrFail((json) => findUnstorable(stored(json)) === undefined, () => new InvalidBody()),
+    Effect.flatMap(Schema.decodeUnknown(schema)),
     Effect.catchTag("ParseError", () => Effect.fail(new InvalidBody()))
   )
+
+/** The `metadata` of a create body as sent, the part of it a conversation stores. */
+const metadataOf = (json: unknown): unknown => (Predicate.isRecord(json) ? json["metadata"] : undefined)
 
 /** The channel secret of the request; without one, 400 `bad_request`. */
 const channelSecret = Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
@@ -102,7 +110,7 @@ export const LegacyRoutes = HttpLayerRouter.addAll(Effect.gen(function*() {
       // This route's own mapping (server-apis.md): 400, where the rule for a token's channel is 403.
       Effect.catchTag("CredentialChannelInactive", ({ message }) => Effect.fail(new ChannelInactive({ message })))
     )
-    const body = yield* jsonBody(CreateConversationRequest).pipe(
+    const body = yield* jsonBody(CreateConversationRequest, metadataOf).pipe(
       // A body over the size limit is an invalid body too (its rest is never read).
       Effect.catchIf((e) => e._tag === "RequestError" && isBodyTooLarge(e), () => Effect.fail(new InvalidBody())),
       Effect.catchTag("InvalidBody", () =>
