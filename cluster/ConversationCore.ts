@@ -1,17 +1,26 @@
 import { Data, Effect, Either, Exit, Option, PubSub, Stream } from "effect"
 import { answerWithin, awaitReply, type Reply } from "../src/concurrency/WorkQueue.js"
+import { DELETED_TARGET, refusedOnDeletedTarget } from "../src/conversations/ActivityRules.js"
 import { ActivityStore, type PlannedDelivery } from "../src/conversations/ActivityStore.js"
 import { isOutcomeUnknown } from "../src/db/SqlErrors.js"
 import { inSeqOrder, livePubSub } from "../src/conversations/SeqFollower.js"
 import { type ConversationState, ConversationStateRepo } from "../src/conversations/ConversationState.js"
 import type { Activity, ActivityDraft } from "../src/domain/Activity.js"
-import { clusterUnavailable, ConversationClosed, databaseUnavailable, NotFound, type Unavailable } from "../src/domain/ApiError.js"
+import {
+  clusterUnavailable,
+  ConversationClosed,
+  databaseUnavailable,
+  InvalidMessage,
+  NotFound,
+  type Unavailable
+} from "../src/domain/ApiError.js"
 import { WriteOutcomeUnknown } from "./ConversationEntity.js"
 
 /** This node no longer owns the conversation's shard: the caller goes through the cluster. */
 export class Moved extends Data.TaggedError("Moved")<{}> {}
 
-type AppendDone = Reply<Activity, NotFound | ConversationClosed | Unavailable | WriteOutcomeUnknown | Moved>
+type AppendError = NotFound | ConversationClosed | InvalidMessage | Unavailable | WriteOutcomeUnknown | Moved
+type AppendDone = Reply<Activity, AppendError>
 type StatusDone = Reply<{ readonly changed: boolean }, NotFound | Unavailable | WriteOutcomeUnknown | Moved>
 
 /**
@@ -170,11 +179,17 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
       command._tag === "Append" && (attempt > 0 || command.deadline < now)
 
     /**
-     * What a round does with its commands, given the conversation as loaded and what of them is
-     * stored already: answers those it can at once, and collects the drafts to write as one group
-     * with the commands waiting for them.
+     * What a round does with its commands, given the conversation as loaded, what of them is stored
+     * already and which targets of its edits and reactions are deleted messages: answers those it can
+     * at once, and collects the drafts to write as one group with the commands waiting for them.
      */
-    const decide = (commands: ReadonlyArray<Command>, current: ConversationState, existing: ReadonlyArray<Activity>, now: number) => {
+    const decide = (
+      commands: ReadonlyArray<Command>,
+      current: ConversationState,
+      existing: ReadonlyArray<Activity>,
+      deletedBefore: ReadonlySet<string>,
+      now: number
+    ) => {
       const byId = new Map<string, Activity>()
       const byKey = new Map<string, Activity>()
       for (const activity of existing) {
@@ -184,6 +199,8 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
       const drafts: Array<ActivityDraft> = []
       const waiting: Array<readonly [Command, string | null]> = []
       const newKeys = new Map<string, string>()
+      // Deleted messages, including those a delete earlier in this round deletes.
+      const deleted = new Set(deletedBefore)
       let status = current.status
       let statusChange: "active" | "closed" | null = null
       // The group is written only while every command in it may still be.
@@ -196,12 +213,15 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
           const known = byId.get(draft.id) ?? (key === null ? undefined : byKey.get(key))
           if (known !== undefined) command.done(Exit.succeed(known))
           else if (key !== null && newKeys.has(key)) waiting.push([command, newKeys.get(key)!])
-          else if (status === "closed") {
+          else if (draft.reply_to_id !== null && refusedOnDeletedTarget(draft.type) && deleted.has(draft.reply_to_id)) {
+            command.done(Exit.fail(new InvalidMessage({ message: "the activity is invalid", fields: { reply_to_id: [DELETED_TARGET] } })))
+          } else if (status === "closed") {
             command.done(Exit.fail(new ConversationClosed({ message: "the conversation is closed" })))
           } else if (command.deadline < now) {
             command.done(Exit.fail(lateFailure(command)))
           } else {
             drafts.push(draft)
+            if (draft.type === "messageDelete" && draft.reply_to_id !== null) deleted.add(draft.reply_to_id)
             if (key !== null) newKeys.set(key, draft.id)
             waiting.push([command, draft.id])
             deadline = Math.min(deadline, command.deadline)
@@ -294,10 +314,16 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
       // A command past its deadline is looked up too: a redelivery after its owner crashed may find
       // its draft committed by that owner, and then the answer is the activity, not a 503.
       const now = Date.now()
-      const lookUp = attempt > 0 || current.status === "closed" ||
+      // Edits and reactions had their target looked at before they reached the conversation: a
+      // delete written since is found here, where its writes are ordered. Such a round looks up
+      // what is stored too, so a retry of one accepted before the delete still gets it by its key.
+      const targets = commands.flatMap((c) =>
+        c._tag === "Append" && c.draft.reply_to_id !== null && refusedOnDeletedTarget(c.draft.type) ? [c.draft.reply_to_id] : []
+      )
+      const lookUp = attempt > 0 || current.status === "closed" || targets.length > 0 ||
         commands.some((c) => c._tag === "SetStatus" || c.deadline < now)
       const appends = lookUp ? commands.flatMap((c) => (c._tag === "Append" ? [c.draft] : [])) : []
-      if (appends.length === 0) return writeDecided(current, decide(commands, current, [], now), attempt)
+      if (appends.length === 0) return writeDecided(current, decide(commands, current, [], new Set(), now), attempt)
       const keys = appends.flatMap((d) => (d.idempotency_key === null ? [] : [d.idempotency_key]))
       const ids = appends.map((d) => d.id)
       // A late command's draft may be in a write still in flight (a commit held up): the look-up
@@ -306,12 +332,15 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
       const lookup = late
         ? store.findSettled(current.tenant_id, conversationId, ids, keys)
         : store.findExisting(current.tenant_id, conversationId, ids, keys)
-      return Effect.flatMap(Effect.either(readFor(commands, lookup)), (existing) =>
-        Either.isLeft(existing)
+      const deletedTargets = targets.length === 0
+        ? Effect.succeed<ReadonlySet<string>>(new Set())
+        : store.deletedAmong(conversationId, targets)
+      return Effect.flatMap(Effect.either(readFor(commands, Effect.zip(lookup, deletedTargets))), (read) =>
+        Either.isLeft(read)
           // Nothing was written now, but a late append may have been before, and so may any
           // after a conflict (its draft id or key refused: stored already, by a re-send's first owner).
           ? failUnwritten(commands, appendMayBeStored(attempt, now))
-          : writeDecided(current, decide(commands, current, existing.right, now), attempt))
+          : writeDecided(current, decide(commands, current, read.right[0], read.right[1], now), attempt))
     }
 
 
@@ -428,7 +457,7 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
      * long the write takes; commands that arrive meanwhile queue as usual and keep their deadline.
      */
     const appendInline = (command: (done: AppendDone) => Command) => {
-      let answer: Exit.Exit<Activity, NotFound | ConversationClosed | Unavailable | WriteOutcomeUnknown | Moved> | undefined
+      let answer: Exit.Exit<Activity, AppendError> | undefined
       const commands = [command((exit) => (answer = exit))]
       return Effect.flatMap(runRound(commands), () => answer ?? Exit.die(new Error("the round gave no answer")))
     }

@@ -2,7 +2,7 @@ import { Entity } from "@effect/cluster"
 import { Rpc } from "@effect/rpc"
 import { Schema } from "effect"
 import { Activity, ActivityDraft } from "../src/domain/Activity.js"
-import { ConversationClosed, NotFound, Unavailable } from "../src/domain/ApiError.js"
+import { ConversationClosed, InvalidMessage, NotFound, Unavailable } from "../src/domain/ApiError.js"
 
 /**
  * The write failed in a way that leaves its outcome open (its connection broke after sending it):
@@ -17,7 +17,8 @@ export const Append = Rpc.make("Append", {
   // answered 503 can trust that nothing was stored.
   payload: { tenantId: Schema.UUID, draft: ActivityDraft, deadline: Schema.Number },
   success: Activity,
-  error: Schema.Union(NotFound, ConversationClosed, Unavailable, WriteOutcomeUnknown)
+  // InvalidMessage: an edit or reaction of a message deleted after its target was looked at.
+  error: Schema.Union(NotFound, ConversationClosed, InvalidMessage, Unavailable, WriteOutcomeUnknown)
 })
 
 /**

@@ -400,6 +400,31 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
         expect(listed.map((a: { type: string }) => a.type)).toEqual(["message", "messageUpdate", "messageDelete", "message", "messageDelete"])
         expect(listed[0].deleted_at).toBe(deletedAt)
       }))
+
+    it.effect("an edit or reaction sent with the delete of its message is never stored after the delete", () =>
+      Effect.gen(function*() {
+        const { conversationId, key } = yield* tenantWithConversation
+        const path = `/conversations/${conversationId}/activities`
+        for (let i = 0; i < 10; i++) {
+          const original = (yield* tenantApi(key, "POST", path, { text: `v${i}`, sender: "alice" })).body.data
+          // Sent together: each passes the look at its target before the delete is written.
+          const [del, edit, reaction] = yield* Effect.all([
+            tenantApi(key, "POST", path, { type: "messageDelete", sender: "alice", reply_to_id: original.id }),
+            tenantApi(key, "POST", path, { type: "messageUpdate", text: "v2", sender: "alice", reply_to_id: original.id }),
+            tenantApi(key, "POST", path, { type: "messageReaction", text: "👍", sender: "bob", reply_to_id: original.id })
+          ], { concurrency: "unbounded" })
+          expect(del!.status).toBe(201)
+          for (const reply of [edit!, reaction!]) {
+            // Before the delete it is an edit (or reaction) of a live message; after it, refused.
+            if (reply.status === 201) expect(reply.body.data.seq, `round ${i}`).toBeLessThan(del!.body.data.seq)
+            else {
+              expectError(reply, 422, "invalid_message", {
+                reply_to_id: ["the message is deleted: it cannot be edited or reacted to"]
+              }, `round ${i}`)
+            }
+          }
+        }
+      }))
   })
 
   describe("bad references", () => {

@@ -19,6 +19,12 @@ export const Limits = {
 
 const ATTACHMENT_KEYS = ["contentType", "contentUrl", "name", "size", "thumbnailUrl", "content", "channelData"] as const
 const NEEDS_TARGET = new Set(["messageReaction", "messageUpdate", "messageDelete"])
+
+/** Why an edit or reaction of a deleted message is refused (422 on `reply_to_id`). */
+export const DELETED_TARGET = "the message is deleted: it cannot be edited or reacted to"
+
+/** Whether an activity is refused once the message its `reply_to_id` names is deleted: an edit or a reaction. */
+export const refusedOnDeletedTarget = (type: string) => type === "messageUpdate" || type === "messageReaction"
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 const isType = Schema.is(ActivityType)

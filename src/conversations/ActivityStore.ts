@@ -464,6 +464,18 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
     const readAfter = (conversationId: string, after: number, limit: number) =>
       readRange({ conversationId, after, limit })
 
+    const findDeleted = SqlSchema.findAll({
+      Request: Schema.Struct({ conversationId: Schema.String, ids: Schema.Array(Schema.String) }),
+      Result: Schema.Struct({ id: Schema.String }),
+      execute: ({ conversationId, ids }) =>
+        sql`SELECT id FROM activities
+            WHERE conversation_id = ${conversationId} AND id = ANY(${ids}::uuid[]) AND deleted_at IS NOT NULL`
+    })
+
+    /** Which of these activities of the conversation are deleted messages. */
+    const deletedAmong = (conversationId: string, ids: ReadonlyArray<string>) =>
+      Effect.map(findDeleted({ conversationId, ids }), (rows): ReadonlySet<string> => new Set(rows.map((row) => row.id)))
+
     const HeadRow = Schema.Struct({ id: Schema.String, head_seq: Schema.NumberFromString })
     const findHeads = SqlSchema.findAll({
       Request: Schema.Array(Schema.String),
@@ -479,7 +491,7 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
     const headOf = (conversationId: string) =>
       Effect.map(headsOf([conversationId]), (heads) => heads.get(conversationId) ?? 0)
 
-    return { write, findExisting, findSettled, statusSettled, readAfter, headOf, headsOf } as const
+    return { write, findExisting, findSettled, statusSettled, deletedAmong, readAfter, headOf, headsOf } as const
   })
 }) {}
 

@@ -16,7 +16,13 @@ import {
   Unavailable
 } from "../domain/ApiError.js"
 import { decodeWatermark } from "../domain/Watermark.js"
-import { type ActivityInput, checkActivity, type CheckedActivity } from "./ActivityRules.js"
+import {
+  type ActivityInput,
+  checkActivity,
+  type CheckedActivity,
+  DELETED_TARGET,
+  refusedOnDeletedTarget
+} from "./ActivityRules.js"
 import { ActivityStore } from "./ActivityStore.js"
 import { ConversationRepo, type ListFilter } from "./ConversationRepo.js"
 import { ANSWER_TIMEOUT_MS, WRITE_DEADLINE_MS, WRITE_SETTLED_AFTER_MS } from "./WriteTimings.js"
@@ -255,8 +261,8 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
           const target = found.value
           if (modifies && target.type !== "message") return refuse("only a message can be edited or deleted")
           if (modifies && target.sender !== checked.sender) return refuse("cannot edit or delete someone else's message")
-          if (target.deleted && (checked.type === "messageUpdate" || checked.type === "messageReaction")) {
-            const deleted = refuse("the message is deleted: it cannot be edited or reacted to")
+          if (target.deleted && refusedOnDeletedTarget(checked.type)) {
+            const deleted = refuse(DELETED_TARGET)
             return key === null ? deleted : store.findExisting(tenantId, conversationId, [], [key]).pipe(
               orUnavailable,
               Effect.flatMap((stored) => stored.length > 0 ? Effect.succeed(Option.some(stored[0]!)) : deleted)
