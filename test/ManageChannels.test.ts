@@ -345,6 +345,35 @@ layer(TestNodeLive(), { excludeTestServices: true })("management API: channels",
         expect(patched.body.data.transformations).toEqual(channel.transformations)
       }))
 
+    sqlIt("a transformation of a type outside the middleware vocabulary is 422 on create and update, nothing stored", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        // CONTRACT.md §8: set_metadata, remove_metadata, prefix_text, truncate_text, redact_text.
+        expect(yield* invalidCreate(tenant, { ...webhook({}), transformations: [{ type: "prefix_text", value: "x" }, { type: "uppercase" }] }))
+          .toEqual({
+            transformations: ["is invalid"],
+            "transformations[1].type": [
+              "must be one of set_metadata, remove_metadata, prefix_text, truncate_text, redact_text"
+            ]
+          })
+        const channel = yield* createChannel(tenant.api_key, {
+          transformations: [
+            { type: "set_metadata", key: "k", value: 1 },
+            { type: "remove_metadata", key: "k" },
+            { type: "prefix_text", value: "> " },
+            { type: "truncate_text", max_bytes: 100 },
+            { type: "redact_text", pattern: "\\d+", replacement: "#" }
+          ]
+        })
+        const patched = yield* manage(tenant.api_key, "PATCH", `/channels/${channel.id}`, {
+          channel: { transformations: [{ type: "nonsense" }] }
+        })
+        expect(patched.status).toBe(422)
+        expect(patched.body.error.details).toHaveProperty(["transformations[0].type"])
+        expect((yield* manage(tenant.api_key, "GET", `/channels/${channel.id}`)).body.data.transformations)
+          .toEqual(channel.transformations)
+      }))
+
     sqlIt("webhook config: url, method, headers, timeouts and sizes are checked at save", () =>
       Effect.gen(function*() {
         const tenant = yield* createTenant()

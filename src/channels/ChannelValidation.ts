@@ -10,7 +10,8 @@ import {
   RATE_LIMIT_BOUNDS,
   RETRY_POLICY_BOUNDS,
   type RetryPolicy,
-  type Transformation
+  type Transformation,
+  TransformationType
 } from "../domain/Channel.js"
 import { Problems } from "../domain/Problems.js"
 import { restoreRedacted } from "../domain/Redaction.js"
@@ -42,6 +43,7 @@ const isType = Schema.is(ChannelType)
 const isMode = Schema.is(ChannelMode)
 const isStatus = Schema.is(ChannelStatus)
 const isBackoff = Schema.is(Backoff)
+const isTransformationType = Schema.is(TransformationType)
 
 const isIntegerIn = (value: number, min: number, max: number) => Number.isInteger(value) && value >= min && value <= max
 
@@ -127,6 +129,9 @@ export const validateChannel = (input: ChannelInput, base: ChannelBase, creating
       }
       input.transformations.forEach((step, i) => {
         if (step.type.trim() === "") report(`[${i}].type`, "must not be empty")
+        else if (!isTransformationType(step.type)) {
+          report(`[${i}].type`, `must be one of ${TransformationType.literals.join(", ")}`)
+        }
       })
       patch.transformations = input.transformations
     }

@@ -62,6 +62,15 @@ export const StoredRetryPolicy = Schema.Struct({
 /** Upper bounds of a channel's own rate limit. */
 export const RATE_LIMIT_BOUNDS = { limit: 1_000_000, scale_ms: 86_400_000 } as const
 
+/** The middleware a transformation may name (CONTRACT.md §8); any other `type` is refused at save. */
+export const TransformationType = Schema.Literal(
+  "set_metadata",
+  "remove_metadata",
+  "prefix_text",
+  "truncate_text",
+  "redact_text"
+)
+
 /** One step of a channel's middleware chain; its parameters sit beside `type`. */
 export const Transformation = Schema.Struct(
   { type: Schema.String },
