@@ -194,9 +194,9 @@ layer(
         ])
       }))
 
-    it.effect("status closed is stored closed; no body at all means active with empty metadata", () =>
+    it.effect("status closed is stored closed, without activities (reopening appends the reopen event); no body at all means active with empty metadata", () =>
       Effect.gen(function*() {
-        const { channel } = yield* tenantWithConversation
+        const { channel, key } = yield* tenantWithConversation
         const closed = yield* post("/conversations", { secret: channel.secret, body: { status: "closed" } })
         expect(closed.status).toBe(201)
         expect(closed.body.data).toMatchObject({ status: "closed", metadata: {} })
@@ -205,6 +205,11 @@ layer(
           [closed.body.data.id]
         )
         expect(rows).toEqual([{ status: "closed", closed_at: expect.any(String) }])
+        const activities = `/conversations/${closed.body.data.id}/activities`
+        expect((yield* tenantApi(key, "GET", activities)).body.data).toEqual([])
+        expect((yield* tenantApi(key, "POST", `/conversations/${closed.body.data.id}/reopen`)).status).toBe(200)
+        const events = (yield* tenantApi(key, "GET", activities)).body.data as ReadonlyArray<{ seq: number; type: string; metadata: { event?: string } }>
+        expect(events.map((a) => [a.seq, a.type, a.metadata.event])).toEqual([[1, "conversationUpdate", "conversation_reopened"]])
         const bare = yield* post("/conversations", { secret: channel.secret })
         expect(bare.status).toBe(201)
         expect(bare.body.data).toMatchObject({ status: "active", metadata: {} })
