@@ -304,6 +304,12 @@ describe("AppConfig", () => {
     ["HOST", { HOST: "not_a_host" }],
     ["HOST", { HOST: "256.1.1.1" }],
     ["CLUSTER_RUNNER_HOST", { CLUSTER_RUNNER_HOST: "two words" }],
+    // The address other nodes dial (CONTRACT.md §1): "any address" reaches no node in particular (a
+    // peer dialling 0.0.0.0 reaches itself), and a port typed here is such an address (0.0.19.136).
+    ["CLUSTER_RUNNER_HOST", { CLUSTER_RUNNER_HOST: "0.0.0.0" }],
+    ["CLUSTER_RUNNER_HOST", { CLUSTER_RUNNER_HOST: "::" }],
+    ["CLUSTER_RUNNER_HOST", { CLUSTER_RUNNER_HOST: "::ffff:0.0.0.0" }],
+    ["CLUSTER_RUNNER_HOST", { CLUSTER_RUNNER_HOST: "5000" }],
     ["CLUSTER_RUNNER_PORT", { PORT: "4723", CLUSTER_RUNNER_PORT: "4723" }],
     ["WEBHOOK_ALLOWED_HOSTS", { WEBHOOK_ALLOWED_HOSTS: "hooks.example.com,10.0.0.0/99" }],
     ["WEBHOOK_ALLOWED_HOSTS", { WEBHOOK_ALLOWED_HOSTS: "ht!tp" }],

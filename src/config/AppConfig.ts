@@ -1,6 +1,6 @@
 import { Config, ConfigError, Effect, Either, Option, ParseResult, Redacted, Schema } from "effect"
 import { RateLimitTable } from "../domain/RateLimit.js"
-import { type Cidr, isHost, isHostName, parseCidr } from "./NetworkList.js"
+import { type Cidr, isHost, isHostName, isUnspecifiedAddress, parseCidr } from "./NetworkList.js"
 
 /**
  * A variable's text; None when it is missing or blank. `VAR=` in a compose file or a shell means
@@ -139,6 +139,22 @@ const hostSetting = (name: string, fallback: string) =>
   })
 
 /**
+ * `CLUSTER_RUNNER_HOST`: the address other nodes dial. "Any address" (0.0.0.0, `::`, or a port typed
+ * here, which reads as 0.0.x.x) is accepted by the runner but reaches no node in particular: a peer
+ * dialling it reaches itself, and the cluster misroutes its messages without an error.
+ */
+const runnerHost = hostSetting("CLUSTER_RUNNER_HOST", "127.0.0.1").pipe(
+  Config.mapOrFail((host) =>
+    isUnspecifiedAddress(host)
+      ? Either.left(ConfigError.InvalidData(
+        ["CLUSTER_RUNNER_HOST"],
+        "must be an address other nodes can dial (this node's name or IP address), not 0.0.0.0 or ::"
+      ))
+      : Either.right(host)
+  )
+)
+
+/**
  * Address-guard exceptions: exact host names, `*.` wildcards of them, IPs and CIDRs, lower-cased.
  * A malformed entry stops the node: it would never match, and the host it meant would stay refused.
  */
@@ -211,7 +227,7 @@ export class AppConfig extends Effect.Service<AppConfig>()("parley/AppConfig", {
     metricsToken: secret("METRICS_TOKEN", 0, true),
     logLevel: withDefault("LOG_LEVEL", "info", oneOf(["trace", "debug", "info", "warning", "error", "fatal", "none"])),
     logFormat: withDefault("LOG_FORMAT", "json", oneOf(["json", "pretty"])),
-    clusterRunnerHost: hostSetting("CLUSTER_RUNNER_HOST", "127.0.0.1"),
+    clusterRunnerHost: runnerHost,
     clusterRunnerPort,
     clusterShardLockExpirationMs: millis("CLUSTER_SHARD_LOCK_EXPIRATION_MS", 6000),
     clusterEntityTerminationTimeoutMs: millis("CLUSTER_ENTITY_TERMINATION_TIMEOUT_MS", 3000)

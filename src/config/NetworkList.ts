@@ -60,3 +60,9 @@ export const isHostName = (text: string): boolean =>
 /** An address to listen on or be reached at: an IP address or a host name. */
 export const isHost = (text: string): boolean => ipaddr.isValid(text) || isHostName(text)
 
+/**
+ * Whether `text` is an IP address that names no host in particular (0.0.0.0/8 or `::`, also in
+ * shorthand such as `0` or `5000`, or IPv4-mapped): one to listen on, never one to dial.
+ */
+export const isUnspecifiedAddress = (text: string): boolean => parseAddress(text)?.range() === "unspecified"
+
