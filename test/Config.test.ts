@@ -303,6 +303,10 @@ describe("AppConfig", () => {
     // Checked before anything starts, not when the listener or the runner fails.
     ["HOST", { HOST: "not_a_host" }],
     ["HOST", { HOST: "256.1.1.1" }],
+    // Shorthand IPv4 (a port typed here reads as 0.0.19.136): the listener failed with
+    // EADDRNOTAVAIL after the database was migrated, as a JSON log line instead of this one.
+    ["HOST", { HOST: "5000" }],
+    ["HOST", { HOST: "127.1" }],
     ["CLUSTER_RUNNER_HOST", { CLUSTER_RUNNER_HOST: "two words" }],
     // The address other nodes dial (CONTRACT.md §1): "any address" reaches no node in particular (a
     // peer dialling 0.0.0.0 reaches itself), and a port typed here is such an address (0.0.19.136).

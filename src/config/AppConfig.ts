@@ -135,7 +135,7 @@ const port = withDefault("PORT", 4000, portNumber)
 const hostSetting = (name: string, fallback: string) =>
   withDefault(name, fallback, (text) => {
     const host = text.trim()
-    return isHost(host) ? Either.right(host) : Either.left("must be an IP address or a host name")
+    return isHost(host) ? Either.right(host) : Either.left("must be an IP address (IPv4 in four decimal parts) or a host name")
   })
 
 /**

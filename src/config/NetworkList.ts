@@ -57,8 +57,11 @@ const LABEL = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/i
 export const isHostName = (text: string): boolean =>
   text.length > 0 && text.length <= 253 && !/^[\d.]+$/.test(text) && text.split(".").every((label) => LABEL.test(label))
 
-/** An address to listen on or be reached at: an IP address or a host name. */
-export const isHost = (text: string): boolean => ipaddr.isValid(text) || isHostName(text)
+/**
+ * An address to listen on or be reached at: an IP address in its standard form (as in the IP lists:
+ * `HOST=5000` would be 0.0.19.136) or a host name.
+ */
+export const isHost = (text: string): boolean => isStandardAddress(text) || isHostName(text)
 
 /**
  * Whether `text` is an IP address that names no host in particular (0.0.0.0/8 or `::`, also in
