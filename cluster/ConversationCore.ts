@@ -55,6 +55,20 @@ const REPLAY_PAGE = 500
 /** The 503 for a command past its deadline: where the time went decides the reason. */
 const lateFailure = (command: Command) => (command.arrivedLate ? clusterUnavailable() : databaseUnavailable())
 
+const NO_IDS: ReadonlySet<string> = new Set()
+const NO_TARGETS: ReadonlyArray<string> = []
+
+/** The messages a round's edits and reactions name; a round without any (most) allocates nothing. */
+const editTargets = (commands: ReadonlyArray<Command>): ReadonlyArray<string> => {
+  let targets: Array<string> | undefined
+  for (const c of commands) {
+    if (c._tag === "Append" && c.draft.reply_to_id !== null && refusedOnDeletedTarget(c.draft.type)) {
+      (targets ??= []).push(c.draft.reply_to_id)
+    }
+  }
+  return targets ?? NO_TARGETS
+}
+
 /** How long a round's read may take when its commands' deadlines have passed already. */
 const LATE_READ_MS = 1000
 
@@ -199,8 +213,8 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
       const drafts: Array<ActivityDraft> = []
       const waiting: Array<readonly [Command, string | null]> = []
       const newKeys = new Map<string, string>()
-      // Deleted messages, including those a delete earlier in this round deletes.
-      const deleted = new Set(deletedBefore)
+      // Messages a delete earlier in this round deletes (made only when a round has one).
+      let deletedInRound: Set<string> | undefined
       let status = current.status
       let statusChange: "active" | "closed" | null = null
       // The group is written only while every command in it may still be.
@@ -213,7 +227,9 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
           const known = byId.get(draft.id) ?? (key === null ? undefined : byKey.get(key))
           if (known !== undefined) command.done(Exit.succeed(known))
           else if (key !== null && newKeys.has(key)) waiting.push([command, newKeys.get(key)!])
-          else if (draft.reply_to_id !== null && refusedOnDeletedTarget(draft.type) && deleted.has(draft.reply_to_id)) {
+          else if (draft.reply_to_id !== null && refusedOnDeletedTarget(draft.type) &&
+            (deletedBefore.has(draft.reply_to_id) || deletedInRound?.has(draft.reply_to_id) === true)
+          ) {
             command.done(Exit.fail(new InvalidMessage({ message: "the activity is invalid", fields: { reply_to_id: [DELETED_TARGET] } })))
           } else if (status === "closed") {
             command.done(Exit.fail(new ConversationClosed({ message: "the conversation is closed" })))
@@ -221,7 +237,7 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
             command.done(Exit.fail(lateFailure(command)))
           } else {
             drafts.push(draft)
-            if (draft.type === "messageDelete" && draft.reply_to_id !== null) deleted.add(draft.reply_to_id)
+            if (draft.type === "messageDelete" && draft.reply_to_id !== null) (deletedInRound ??= new Set()).add(draft.reply_to_id)
             if (key !== null) newKeys.set(key, draft.id)
             waiting.push([command, draft.id])
             deadline = Math.min(deadline, command.deadline)
@@ -317,13 +333,11 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
       // Edits and reactions had their target looked at before they reached the conversation: a
       // delete written since is found here, where its writes are ordered. Such a round looks up
       // what is stored too, so a retry of one accepted before the delete still gets it by its key.
-      const targets = commands.flatMap((c) =>
-        c._tag === "Append" && c.draft.reply_to_id !== null && refusedOnDeletedTarget(c.draft.type) ? [c.draft.reply_to_id] : []
-      )
+      const targets = editTargets(commands)
       const lookUp = attempt > 0 || current.status === "closed" || targets.length > 0 ||
         commands.some((c) => c._tag === "SetStatus" || c.deadline < now)
       const appends = lookUp ? commands.flatMap((c) => (c._tag === "Append" ? [c.draft] : [])) : []
-      if (appends.length === 0) return writeDecided(current, decide(commands, current, [], new Set(), now), attempt)
+      if (appends.length === 0) return writeDecided(current, decide(commands, current, [], NO_IDS, now), attempt)
       const keys = appends.flatMap((d) => (d.idempotency_key === null ? [] : [d.idempotency_key]))
       const ids = appends.map((d) => d.id)
       // A late command's draft may be in a write still in flight (a commit held up): the look-up
@@ -332,9 +346,7 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
       const lookup = late
         ? store.findSettled(current.tenant_id, conversationId, ids, keys)
         : store.findExisting(current.tenant_id, conversationId, ids, keys)
-      const deletedTargets = targets.length === 0
-        ? Effect.succeed<ReadonlySet<string>>(new Set())
-        : store.deletedAmong(conversationId, targets)
+      const deletedTargets = targets.length === 0 ? Effect.succeed(NO_IDS) : store.deletedAmong(conversationId, targets)
       return Effect.flatMap(Effect.either(readFor(commands, Effect.zip(lookup, deletedTargets))), (read) =>
         Either.isLeft(read)
           // Nothing was written now, but a late append may have been before, and so may any
