@@ -1,6 +1,7 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect, Either } from "effect"
 import { ActivityStore, SeqTaken, type WriteGroup } from "../src/conversations/ActivityStore.js"
+import type { Activity } from "../src/domain/Activity.js"
 import { insertChannel, insertConversation, messageDraft, storedTexts } from "./support/Fixtures.js"
 import { holdConversationRow, query, serverUrl } from "./support/TestDatabase.js"
 import { createTenant, TestNodeLive } from "./support/TestNode.js"
@@ -29,6 +30,24 @@ const twoConversations = Effect.gen(function*() {
   return { tenant, first, second, store: yield* ActivityStore }
 })
 
+type Written = Either.Either<ReadonlyArray<Activity>, { readonly _tag: string }>
+
+/**
+ * One group of a batch failed alone: `kept` stored its one activity `text` (head 1), `failed` ended
+ * with `tag`, stored nothing and kept head 0.
+ */
+const failedAlone = (
+  kept: { readonly id: string; readonly text: string; readonly result: Written },
+  failed: { readonly id: string; readonly tag: string; readonly result: Written }
+) =>
+  Effect.gen(function*() {
+    expect(Either.isRight(kept.result) && kept.result.right.map((a) => [a.seq, a.text])).toEqual([[1, kept.text]])
+    expect(Either.isLeft(failed.result) && failed.result.left._tag).toBe(failed.tag)
+    expect(yield* storedTexts(kept.id)).toEqual([[1, kept.text]])
+    expect(yield* storedTexts(failed.id)).toEqual([])
+    expect([yield* headOf(kept.id), yield* headOf(failed.id)]).toEqual([1, 0])
+  })
+
 layer(TestNodeLive(), { excludeTestServices: true })("activity store", (it) => {
   it.effect("groups written together: one with a moved head fails alone, the others commit", () =>
     Effect.gen(function*() {
@@ -38,15 +57,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("activity store", (it) => {
         Effect.either(store.write(group(tenant.id, fresh, 0, "kept"))),
         Effect.either(store.write(group(tenant.id, moved, 3, "refused")))
       ], { concurrency: "unbounded" })
-      expect(Either.isRight(ok) && ok.right.map((a) => [a.seq, a.text])).toEqual([[1, "kept"]])
-      expect(Either.isLeft(lost) && lost.left._tag).toBe("SeqTaken")
-      expect(yield* storedTexts(fresh)).toEqual([[1, "kept"]])
-      expect(yield* storedTexts(moved)).toEqual([])
-      const heads = yield* query<{ id: string; head_seq: string }>(
-        "SELECT id, head_seq FROM conversations WHERE id = ANY($1::uuid[])",
-        [[fresh, moved]]
-      )
-      expect(Object.fromEntries(heads.map((h) => [h.id, Number(h.head_seq)]))).toEqual({ [fresh]: 1, [moved]: 0 })
+      yield* failedAlone({ id: fresh, text: "kept", result: ok }, { id: moved, tag: "SeqTaken", result: lost })
     }))
 
   it.effect("a group with a value PostgreSQL refuses fails alone; the others of its statement commit", () =>
@@ -57,11 +68,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("activity store", (it) => {
         Effect.either(store.write(group(tenant.id, fine, 0, "kept"))),
         Effect.either(store.write(group(tenant.id, refused, 0, "nul \u0000 inside")))
       ], { concurrency: "unbounded" })
-      expect(Either.isRight(ok) && ok.right.map((a) => [a.seq, a.text])).toEqual([[1, "kept"]])
-      expect(Either.isLeft(failed) && failed.left._tag).toBe("WriteFailed")
-      expect(yield* storedTexts(fine)).toEqual([[1, "kept"]])
-      expect(yield* storedTexts(refused)).toEqual([])
-      expect(yield* headOf(refused)).toBe(0)
+      yield* failedAlone({ id: fine, text: "kept", result: ok }, { id: refused, tag: "WriteFailed", result: failed })
     }))
 
   it.effect("a group with an idempotency key already stored is not written (KeyTaken); others commit", () =>
@@ -157,11 +164,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("activity store", (it) => {
             Effect.either(store.write(group(tenant.id, free, 0, "free")))
           ], { concurrency: "unbounded" })
         }))
-        expect(Either.isRight(ok) && ok.right.map((a) => [a.seq, a.text])).toEqual([[1, "free"]])
-        expect(Either.isLeft(waited) && waited.left._tag).toBe("WriteFailed")
-        expect(yield* storedTexts(free)).toEqual([[1, "free"]])
-        expect(yield* storedTexts(held)).toEqual([])
-        expect(yield* headOf(held)).toBe(0)
+        yield* failedAlone({ id: free, text: "free", result: ok }, { id: held, tag: "WriteFailed", result: waited })
       })
   )
 

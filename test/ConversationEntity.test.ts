@@ -33,6 +33,16 @@ const secondOwner = (conversationId: string, failing: { on: boolean }) =>
     )
   })
 
+/** A new conversation with one message `text` appended through its entity: a first owner's commit. */
+const storedThroughEntity = (text: string) =>
+  Effect.gen(function*() {
+    const { conversationId, tenant } = yield* tenantWithConversation
+    const entity = yield* ConversationEntity.client
+    const message = messageDraft(text)
+    const first = yield* entity(conversationId).Append({ tenantId: tenant.id, draft: message, deadline: Date.now() + 5000 })
+    return { conversationId, entity, first, message, tenant }
+  })
+
 /** What a call ends with when its owner stopped it mid-way (a handoff past the entity termination timeout). */
 const interruptedByOwner = Effect.failCause(Cause.interrupt(FiberId.make(1_000_000, 0)))
 
@@ -204,10 +214,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
 
   it.scoped("a re-sent draft (same id, as after a crash) returns the stored activity and adds nothing", () =>
     Effect.gen(function*() {
-      const { conversationId, tenant } = yield* tenantWithConversation
-      const entity = yield* ConversationEntity.client
-      const message = messageDraft("once")
-      const first = yield* entity(conversationId).Append({ tenantId: tenant.id, draft: message, deadline: Date.now() + 5000 })
+      const { conversationId, first, message, tenant } = yield* storedThroughEntity("once")
       // The cluster re-sends it to a new owner, which has no memory of the conversation: its first
       // round loads the state and writes the draft without looking, and the write refuses it.
       const core = yield* secondOwner(conversationId, { on: false })
@@ -224,10 +231,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
   // as long as the deadline), be decided in time, and find the deadline passed when its write starts.
   it.scoped("a re-sent draft whose write starts past its deadline is answered with the stored activity, not a 503", () =>
     Effect.gen(function*() {
-      const { conversationId, tenant } = yield* tenantWithConversation
-      const entity = yield* ConversationEntity.client
-      const message = messageDraft("committed before the owner crashed")
-      const first = yield* entity(conversationId).Append({ tenantId: tenant.id, draft: message, deadline: Date.now() + 5000 })
+      const { conversationId, first, message, tenant } = yield* storedThroughEntity("committed before the owner crashed")
       const real = yield* ActivityStore
       // The next owner's writer is busy: a group waits 300 ms for its statement.
       const slowWriter = ActivityStore.make({
@@ -250,10 +254,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
 
   it.effect("a re-sent draft that arrives past its deadline is answered with the stored activity, not a 503", () =>
     Effect.gen(function*() {
-      const { conversationId, tenant } = yield* tenantWithConversation
-      const entity = yield* ConversationEntity.client
-      const message = messageDraft("committed before the owner crashed")
-      const first = yield* entity(conversationId).Append({ tenantId: tenant.id, draft: message, deadline: Date.now() + 5000 })
+      const { conversationId, entity, first, message, tenant } = yield* storedThroughEntity("committed before the owner crashed")
       // The owner crashed after its commit; the message reaches the next owner too late to write.
       const late = yield* entity(conversationId).Append({ tenantId: tenant.id, draft: message, deadline: Date.now() - 1 })
       expect(late).toEqual(first)
