@@ -10,14 +10,14 @@ const CALL_TIMEOUT = Duration.seconds(10)
 
 /**
  * One check: closes, through each conversation's entity, the conversations idle for
- * `idleCloseSeconds`, a page at a time. The entity appends the `expired` event and keeps seq right,
+ * `idleCloseSeconds`, `page` at a time. The entity appends the `expired` event and keeps seq right,
  * and skips a conversation that became active again after the cutoff.
  */
-export const closeIdleConversations = (idleCloseSeconds: number) =>
+export const closeIdleConversations = (idleCloseSeconds: number, page = PAGE) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const entity = yield* ConversationEntity.client
-    /** Closes one page's conversations; returns how many it closed. */
+    /** Closes one page's conversations and logs how many it closed. */
     const closePage = (idle: ReadonlyArray<{ readonly id: string; readonly tenant_id: string }>, cutoff: string) =>
       Effect.suspend(() => {
         let closed = 0
@@ -41,22 +41,26 @@ export const closeIdleConversations = (idleCloseSeconds: number) =>
             // still says what it did.
             Effect.ensuring(Effect.suspend(() =>
               closed > 0 ? Effect.logInfo("idle conversations closed").pipe(Effect.annotateLogs("count", closed)) : Effect.void
-            )),
-            Effect.map(() => closed)
+            ))
           )
       })
     const cutoffMs = Date.now() - idleCloseSeconds * 1000
     const cutoff = new Date(cutoffMs).toISOString()
     // The index holds the minute of `updated_at` (migration 0003); the exact time is checked after.
     const cutoffMinute = Math.floor(cutoffMs / 60_000)
+    // Each page starts after the last one: a conversation whose close failed is left to the next
+    // check, and a page of such conversations cannot hold back the idle ones behind it.
+    let after = { minute: Number.MIN_SAFE_INTEGER, id: "00000000-0000-0000-0000-000000000000" }
     while (true) {
-      const idle = yield* sql<{ id: string; tenant_id: string }>`
-        SELECT id, tenant_id FROM conversations
+      const idle = yield* sql<{ id: string; tenant_id: string; activity_minute: string }>`
+        SELECT id, tenant_id, activity_minute FROM conversations
         WHERE status = 'active' AND activity_minute <= ${cutoffMinute} AND updated_at < ${cutoff}
-        ORDER BY activity_minute, updated_at LIMIT ${PAGE}`
-      const closedNow = yield* closePage(idle, cutoff)
-      // A conversation that could not be closed now is retried at the next check.
-      if (idle.length < PAGE || closedNow === 0) break
+          AND activity_minute >= ${after.minute} AND (activity_minute, id) > (${after.minute}, ${after.id}::uuid)
+        ORDER BY activity_minute, id LIMIT ${page}`
+      yield* closePage(idle, cutoff)
+      const last = idle[idle.length - 1]
+      if (idle.length < page || last === undefined) break
+      after = { minute: Number(last.activity_minute), id: last.id }
     }
   })
 

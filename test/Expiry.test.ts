@@ -65,4 +65,26 @@ layer(TestNodeLive({ CONVERSATION_EXPIRY_CHECK_SECONDS: "3600" }), { excludeTest
         new Map([[cut.conversationId, "active"], [next.conversationId, "closed"]])
       )
     }))
+
+  it.effect("conversations whose closes keep failing do not hold back the idle ones after them", () =>
+    Effect.gen(function*() {
+      const failing = [yield* tenantWithConversation, yield* tenantWithConversation]
+      const later = yield* tenantWithConversation
+      // The failing two are the oldest: with a page of two, they fill the check's first page.
+      yield* query("UPDATE conversations SET updated_at = now() - interval '3 hours' WHERE id = ANY($1::uuid[])", [
+        failing.map((f) => f.conversationId)
+      ])
+      yield* query("UPDATE conversations SET updated_at = now() - interval '1 hour' WHERE id = $1", [later.conversationId])
+      const failingIds = new Set<string>(failing.map((f) => f.conversationId))
+      const FailingCloses = overrideConversationCall("SetStatus", (real, entityId) =>
+        failingIds.has(entityId) ? () => Effect.fail(new Error("owner unreachable")) : real.SetStatus)
+      yield* closeIdleConversations(60, 2).pipe(Effect.provide(FailingCloses))
+      const statuses = yield* query<{ id: string; status: string }>(
+        "SELECT id, status FROM conversations WHERE id = ANY($1::uuid[])",
+        [[...failingIds, later.conversationId]]
+      )
+      expect(new Map(statuses.map((row) => [row.id, row.status]))).toEqual(
+        new Map([...[...failingIds].map((id) => [id, "active"] as const), [later.conversationId, "closed"]])
+      )
+    }))
 })
