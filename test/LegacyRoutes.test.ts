@@ -129,6 +129,9 @@ layer(
           { body: { conversation_id: conversationId, user_id: "" } },
           { body: { conversation_id: conversationId, user_id: "u".repeat(257) } },
           { body: { conversation_id: conversationId, user_id: 42 } },
+          // The token's user id becomes the sender of what its holder posts: it must be storable text.
+          { body: { conversation_id: conversationId, user_id: "a\u0000b" } },
+          { body: { conversation_id: conversationId, user_id: "a\ud800" } },
           { body: [conversationId, "u"] },
           { raw: "{not json" }
         ]

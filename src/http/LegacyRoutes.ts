@@ -86,7 +86,8 @@ export const LegacyRoutes = HttpLayerRouter.addAll(Effect.gen(function*() {
     // Counted before the secret is looked up, so guessing secrets is limited too.
     yield* limiter.consume("token_create", clientAddress(request, config.trustedProxies), null)
     const channel = yield* tokens.authenticate(secret)
-    const body = yield* jsonBody(TokenRequest).pipe(
+    // The user id becomes the sender of what the token's holder posts: unstorable text is refused.
+    const body = yield* jsonBody(TokenRequest, (json) => (Predicate.isRecord(json) ? json["user_id"] : undefined)).pipe(
       Effect.catchTag("InvalidBody", () =>
         Effect.fail(new BadRequest({ message: "conversation_id (a UUID) and user_id (1 to 256 characters) are required" })))
     )
