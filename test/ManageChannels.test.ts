@@ -374,6 +374,112 @@ layer(TestNodeLive(), { excludeTestServices: true })("management API: channels",
           .toEqual(channel.transformations)
       }))
 
+    sqlIt("transformation parameters are checked per type: each missing or mistyped one is 422 at its path, nothing stored", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const REQUIRED = "is required"
+        const STRING = "must be a string"
+        const NOT_EMPTY = "must not be empty"
+        const MAX_BYTES = "must be an integer from 1 to 65536"
+        const PATTERN_BYTES = "must be at most 256 bytes of UTF-8"
+        const cases: Array<[Record<string, unknown>, Record<string, unknown>]> = [
+          [{ type: "set_metadata", value: 1 }, { key: REQUIRED }],
+          [{ type: "set_metadata", key: "", value: 1 }, { key: NOT_EMPTY }],
+          [{ type: "set_metadata", key: 5, value: 1 }, { key: STRING }],
+          [{ type: "set_metadata", key: "k" }, { value: REQUIRED }],
+          [{ type: "set_metadata" }, { key: REQUIRED, value: REQUIRED }],
+          [{ type: "remove_metadata" }, { key: REQUIRED }],
+          [{ type: "remove_metadata", key: "" }, { key: NOT_EMPTY }],
+          [{ type: "remove_metadata", key: ["k"] }, { key: STRING }],
+          [{ type: "prefix_text" }, { value: REQUIRED }],
+          [{ type: "prefix_text", value: 1 }, { value: STRING }],
+          [{ type: "prefix_text", value: null }, { value: STRING }],
+          [{ type: "truncate_text" }, { max_bytes: REQUIRED }],
+          [{ type: "truncate_text", max_bytes: 0 }, { max_bytes: MAX_BYTES }],
+          [{ type: "truncate_text", max_bytes: 65537 }, { max_bytes: MAX_BYTES }],
+          [{ type: "truncate_text", max_bytes: 1.5 }, { max_bytes: MAX_BYTES }],
+          [{ type: "truncate_text", max_bytes: "100" }, { max_bytes: MAX_BYTES }],
+          [{ type: "truncate_text", max_bytes: null }, { max_bytes: MAX_BYTES }],
+          [{ type: "redact_text" }, { pattern: REQUIRED, replacement: REQUIRED }],
+          [{ type: "redact_text", replacement: "#" }, { pattern: REQUIRED }],
+          [{ type: "redact_text", pattern: "", replacement: "#" }, { pattern: NOT_EMPTY }],
+          [{ type: "redact_text", pattern: 5, replacement: "#" }, { pattern: STRING }],
+          [{ type: "redact_text", pattern: "a".repeat(257), replacement: "#" }, { pattern: PATTERN_BYTES }],
+          // 129 characters, 258 bytes: the limit counts bytes.
+          [{ type: "redact_text", pattern: "é".repeat(129), replacement: "#" }, { pattern: PATTERN_BYTES }],
+          [{ type: "redact_text", pattern: "(", replacement: "#" }, {
+            pattern: expect.stringMatching(/^must be a valid regular expression \(.+\)$/)
+          }],
+          [{ type: "redact_text", pattern: "a{2,1}", replacement: "#" }, {
+            pattern: expect.stringMatching(/^must be a valid regular expression/)
+          }],
+          [{ type: "redact_text", pattern: "\\d" }, { replacement: REQUIRED }],
+          [{ type: "redact_text", pattern: "\\d", replacement: 0 }, { replacement: STRING }]
+        ]
+        for (const [step, problems] of cases) {
+          const details = yield* invalidCreate(tenant, {
+            ...webhook({}),
+            transformations: [{ type: "prefix_text", value: "x" }, step]
+          })
+          const expected: Record<string, unknown> = { transformations: ["is invalid"] }
+          for (const [parameter, message] of Object.entries(problems)) {
+            expected[`transformations[1].${parameter}`] = [message]
+          }
+          expect(details, JSON.stringify(step)).toEqual(expected)
+        }
+
+        // The bounds themselves, null as a metadata value and an empty prefix are accepted.
+        const accepted = [
+          { type: "set_metadata", key: "k", value: null },
+          { type: "prefix_text", value: "" },
+          { type: "truncate_text", max_bytes: 1 },
+          { type: "truncate_text", max_bytes: 65536 },
+          { type: "redact_text", pattern: "é".repeat(128), replacement: "" }
+        ]
+        const channel = yield* createChannel(tenant.api_key, { transformations: accepted })
+        expect(channel.transformations).toEqual(accepted)
+
+        // An update is checked the same way and changes nothing when refused.
+        const { secret: _secret, ...before } = channel
+        for (const step of [{ type: "truncate_text" }, { type: "redact_text", pattern: "[", replacement: "#" }]) {
+          const patched = yield* manage(tenant.api_key, "PATCH", `/channels/${channel.id}`, {
+            channel: { transformations: [step] }
+          })
+          expect(patched.status).toBe(422)
+          expect(patched.body.error.code).toBe("validation_failed")
+          expect(Object.keys(patched.body.error.details).sort()).toEqual(
+            ["transformations", step.type === "truncate_text" ? "transformations[0].max_bytes" : "transformations[0].pattern"]
+          )
+          expect((yield* manage(tenant.api_key, "GET", `/channels/${channel.id}`)).body.data).toEqual(before)
+        }
+      }))
+
+    sqlIt("unknown keys of a transformation step are dropped: the stored step is its type and known parameters", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const channel = yield* createChannel(tenant.api_key, {
+          transformations: [
+            { type: "set_metadata", key: "k", value: 1, extra: true },
+            { type: "truncate_text", max_bytes: 10, unit: "characters", value: "x" }
+          ]
+        })
+        const expected = [{ type: "set_metadata", key: "k", value: 1 }, { type: "truncate_text", max_bytes: 10 }]
+        expect(channel.transformations).toEqual(expected)
+        const stored = (id: string) =>
+          query<{ transformations: unknown }>("SELECT transformations FROM channels WHERE id = $1", [id]).pipe(
+            Effect.map((rows) => rows[0]!.transformations)
+          )
+        expect(yield* stored(channel.id)).toEqual(expected)
+
+        const patched = yield* manage(tenant.api_key, "PATCH", `/channels/${channel.id}`, {
+          channel: { transformations: [{ type: "redact_text", pattern: "\\d+", replacement: "#", flags: "gi" }] }
+        })
+        expect(patched.status).toBe(200)
+        const redact = [{ type: "redact_text", pattern: "\\d+", replacement: "#" }]
+        expect(patched.body.data.transformations).toEqual(redact)
+        expect(yield* stored(channel.id)).toEqual(redact)
+      }))
+
     sqlIt("webhook config: url, method, headers, timeouts and sizes are checked at save", () =>
       Effect.gen(function*() {
         const tenant = yield* createTenant()

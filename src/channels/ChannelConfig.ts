@@ -1,9 +1,7 @@
 import { Effect, Either, Predicate } from "effect"
 import { AddressGuard } from "../delivery/AddressGuard.js"
 import type { ChannelType, JsonObject } from "../domain/Channel.js"
-
-/** Reports one problem at a path inside the config (`url`, `headers.Host`). */
-export type Report = (path: string, message: string) => void
+import type { Report } from "../domain/Problems.js"
 
 /** A config checked against its type: what to store, and the URLs the address guard must pass. */
 export interface CheckedConfig {

@@ -10,12 +10,12 @@ import {
   RATE_LIMIT_BOUNDS,
   RETRY_POLICY_BOUNDS,
   type RetryPolicy,
-  type Transformation,
-  TransformationType
+  type Transformation
 } from "../domain/Channel.js"
-import { Problems } from "../domain/Problems.js"
+import { Problems, type Report } from "../domain/Problems.js"
 import { restoreRedacted } from "../domain/Redaction.js"
-import { type Report, validateConfig } from "./ChannelConfig.js"
+import { validateTransformations } from "../routing/TransformationValidation.js"
+import { validateConfig } from "./ChannelConfig.js"
 
 /** The stored values a change is checked against (the defaults when creating). */
 export interface ChannelBase {
@@ -43,7 +43,6 @@ const isType = Schema.is(ChannelType)
 const isMode = Schema.is(ChannelMode)
 const isStatus = Schema.is(ChannelStatus)
 const isBackoff = Schema.is(Backoff)
-const isTransformationType = Schema.is(TransformationType)
 
 const isIntegerIn = (value: number, min: number, max: number) => Number.isInteger(value) && value >= min && value <= max
 
@@ -127,13 +126,7 @@ export const validateChannel = (input: ChannelInput, base: ChannelBase, creating
       if (input.transformations.length > MAX_TRANSFORMATIONS) {
         report("", `must have at most ${MAX_TRANSFORMATIONS} items`)
       }
-      input.transformations.forEach((step, i) => {
-        if (step.type.trim() === "") report(`[${i}].type`, "must not be empty")
-        else if (!isTransformationType(step.type)) {
-          report(`[${i}].type`, `must be one of ${TransformationType.literals.join(", ")}`)
-        }
-      })
-      patch.transformations = input.transformations
+      patch.transformations = validateTransformations(input.transformations, report)
     }
     if (input.retry_policy !== undefined) {
       patch.retry_policy = checkRetryPolicy(input.retry_policy, base.retry_policy, within(problems, "retry_policy", "is invalid"))

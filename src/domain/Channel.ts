@@ -70,8 +70,9 @@ export const TransformationType = Schema.Literal(
   "truncate_text",
   "redact_text"
 )
+export type TransformationType = typeof TransformationType.Type
 
-/** One step of a channel's middleware chain; its parameters sit beside `type`. */
+/** One step of a middleware chain; its parameters sit beside `type` (checked by `validateTransformations`). */
 export const Transformation = Schema.Struct(
   { type: Schema.String },
   Schema.Record({ key: Schema.String, value: Schema.Unknown })

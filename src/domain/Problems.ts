@@ -12,6 +12,9 @@ export const isNameTooLong = (name: string): boolean => exceedsCharacters(name, 
 export const fieldPath = (path: string, key: string | number) =>
   typeof key === "number" ? `${path}[${key}]` : path === "" ? key : `${path}.${key}`
 
+/** Reports one problem at a path inside a field (`url`, `headers.Host`, `[0].max_bytes`); `""` is the field itself. */
+export type Report = (path: string, message: string) => void
+
 export const NAME_TOO_LONG = `must be at most ${MAX_NAME_CHARACTERS} characters`
 
 /** Collects per-field validation messages, then fails once with all of them. */
