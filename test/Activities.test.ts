@@ -16,6 +16,9 @@ const ofBytes = (n: number, wide: string) => {
   return wide.repeat(count) + "x".repeat(n - count * Buffer.byteLength(wide))
 }
 
+/** An http URL of exactly `n` characters. */
+const urlOf = (n: number) => `https://x.test/${"a".repeat(n - "https://x.test/".length)}`
+
 /** `wrap(s)` with `s` chosen so that its JSON is exactly `n` bytes, mostly of `wide` characters. */
 const jsonOfBytes = <A>(n: number, wrap: (s: string) => A, wide = "€"): A =>
   wrap(ofBytes(n - Buffer.byteLength(JSON.stringify(wrap(""))), wide))
@@ -105,16 +108,21 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
 
     it.effect("invalid activities are 422 invalid_message per field and store nothing, by key or by channel token", () =>
       Effect.gen(function*() {
-        const { channel, conversationId, key } = yield* tenantWithConversation
+        const { channel, conversationId, key, tenant } = yield* tenantWithConversation
+        // Refused appends count against activity_create too: these cases, sent twice, would pass its 100 a second.
+        yield* admin("PATCH", `/tenants/${tenant.id}`, { tenant: { limits: { activity_create: { limit: 100_000, scale_ms: 1000 } } } })
         const cases: Array<[unknown, string]> = [
           [{ type: "deliveryReceipt" }, "type"],
           [{ type: "bogus" }, "type"],
           [{ type: 5 }, "type"],
+          [{ type: "Message" }, "type"],
           [{ text: "x".repeat(65_537) }, "text"],
           [{ type: "messageReaction", text: "x".repeat(65), reply_to_id: crypto.randomUUID() }, "text"],
           [{ attachments: Array.from({ length: 11 }, () => ({ contentType: "image/png" })) }, "attachments"],
           [{ attachments: [{ name: "no type" }] }, "attachments"],
           [{ attachments: [{ contentType: "" }] }, "attachments"],
+          [{ attachments: [{ contentType: 5 }] }, "attachments"],
+          [{ attachments: [null] }, "attachments"],
           [{ attachments: [{ contentType: "text/plain", content: "x".repeat(4100) }] }, "attachments"],
           [{ attachments: ["image/png"] }, "attachments"],
           [{ attachments: { contentType: "image/png" } }, "attachments"],
@@ -131,7 +139,12 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
           [{ payload: { text: "no type" } }, "message_type"],
           [{ message_type: "card" }, "payload"],
           [{ type: "event", message_type: "image", payload: { url: "https://x.test/a.png" } }, "message_type"],
+          [{ type: "typing", message_type: "card", payload: { title: "t" } }, "message_type"],
+          [{ type: "event", payload: { a: 1 } }, "message_type"],
           [{ message_type: "9lives", payload: {} }, "message_type"],
+          [{ message_type: `m${"x".repeat(64)}`, payload: {} }, "message_type"],
+          [{ message_type: "my widget", payload: {} }, "message_type"],
+          [{ message_type: 5, payload: {} }, "message_type"],
           [{ message_type: "my_widget", payload: ["x"] }, "payload"],
           [{ message_type: "my_widget", payload: { blob: "x".repeat(131_073) } }, "payload"],
           [{ message_type: "image", payload: { url: "https://x.test/a.png", seq: 3 } }, "payload"],
@@ -177,9 +190,8 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
 
     it.effect("byte limits hold to the byte in multi-byte characters: at the limit stored, one byte over refused, nothing stored", () =>
       Effect.gen(function*() {
-        const { conversationId, key } = yield* tenantWithConversation
-        const post = (body: Record<string, unknown>) => tenantApi(key, "POST", `/conversations/${conversationId}/activities`, body)
-        const target = (yield* post({ text: "react to me" })).body.data.id
+        const { channel, conversationId, key } = yield* tenantWithConversation
+        const target = (yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, { text: "react to me" })).body.data.id
         const attachment = (n: number) => jsonOfBytes(n, (s) => ({ contentType: "text/plain", content: s }), "é")
         // Each value is mostly multi-byte: counted in characters (or in UTF-16 units) the one over
         // would pass; counted with escapes (\u20ac) the one at the limit would not.
@@ -203,24 +215,70 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
             { message_type: "my_widget", payload: jsonOfBytes(131_073, (s) => ({ blob: s })) }
           ]
         ]
-        for (const [field, atLimit, over] of limits) {
-          const stored = yield* post(atLimit)
-          expect(stored.status, `${field} at the limit`).toBe(201)
-          expect(stored.body.data[field]).toEqual(atLimit[field])
-          const before = yield* storedState(conversationId)
-          expectError(yield* post(over), 422, "invalid_message", fieldDetails(field), `${field} one over the limit`)
-          expect(yield* storedState(conversationId)).toEqual(before)
+        // x-api-key takes the lean append route, x-channel-token the router (ADR 0006): same limits.
+        for (const auth of [{ "x-api-key": key }, { "x-channel-token": channel.secret }]) {
+          const way = Object.keys(auth)[0]
+          const post = (body: Record<string, unknown>) =>
+            request("POST", `/api/v1/conversations/${conversationId}/activities`, { body, headers: auth })
+          for (const [field, atLimit, over] of limits) {
+            const stored = yield* post(atLimit)
+            expect(stored.status, `${field} at the limit, ${way}`).toBe(201)
+            expect(stored.body.data[field]).toEqual(atLimit[field])
+            const before = yield* storedState(conversationId)
+            expectError(yield* post(over), 422, "invalid_message", fieldDetails(field), `${field} one over the limit, ${way}`)
+            expect(yield* storedState(conversationId)).toEqual(before)
+          }
+          // An attachment is measured as stored (README): keys that are dropped do not count.
+          const padded = yield* post({ attachments: [{ ...attachment(4_096), dropped: "x".repeat(1_000) }] })
+          expect(padded.status, way).toBe(201)
+          expect(padded.body.data.attachments).toEqual([attachment(4_096)])
         }
-        // An attachment is measured as stored (README): keys that are dropped do not count.
-        const padded = yield* post({ attachments: [{ ...attachment(4_096), dropped: "x".repeat(1_000) }] })
-        expect(padded.status).toBe(201)
-        expect(padded.body.data.attachments).toEqual([attachment(4_096)])
       }))
 
-    it.effect("a typed payload's problems read one per field, without the value sent", () =>
+    it.effect("a typed payload's problems read one per field, without the value sent; each schema's required fields and types", () =>
       Effect.gen(function*() {
         const { conversationId, key } = yield* tenantWithConversation
-        const cases: Array<[unknown, ReadonlyArray<string>]> = [
+        const typed = (messageType: string, payload: Record<string, unknown>) => ({ message_type: messageType, payload })
+        const pattern = "Expected a string matching the pattern ^https?:\\/\\/\\S+$"
+        const anObject = "Expected { readonly [x: string]: unknown }"
+        // docs/typed-messages.md, schema by schema: each required field missing, each field of the wrong type or out of range.
+        const cases: Array<[unknown, ReadonlyArray<unknown>]> = [
+          [typed("buttons", {}), ["buttons: is missing"]],
+          [typed("buttons", { buttons: [] }), ["buttons: Expected an array of at least 1 item(s)"]],
+          [
+            typed("buttons", { buttons: Array.from({ length: 21 }, () => ({ label: "b" })) }),
+            ["buttons: Expected an array of at most 20 item(s)"]
+          ],
+          [typed("buttons", { buttons: [{}] }), ["buttons.0.label: is missing"]],
+          [typed("buttons", { buttons: [{ label: "" }] }), ["buttons.0.label: Expected a string of 1 to 256 character(s)"]],
+          [typed("buttons", { buttons: [{ label: "b", url: "HTTP://x.test" }] }), [`buttons.0.url: ${pattern}`]],
+          [typed("buttons", { text: 5, buttons: [{ label: "b" }] }), ["text: Expected string"]],
+          [typed("card", {}), ["title: is missing"]],
+          [typed("card", { title: "t", subtitle: 3 }), ["subtitle: Expected string"]],
+          [typed("card", { title: "t", imageUrl: "javascript:alert(1)" }), [`imageUrl: ${pattern}`]],
+          [typed("card", { title: "t", buttons: [] }), ["buttons: Expected an array of at least 1 item(s)"]],
+          [typed("image", {}), ["url: is missing"]],
+          [typed("image", { url: urlOf(2_049) }), ["url: Expected a string of at most 2048 character(s)"]],
+          [typed("image", { url: "https://x.test/a.png", height: 1.5 }), ["height: Expected an integer"]],
+          [typed("image", { url: "https://x.test/a.png", alt: 1 }), ["alt: Expected string"]],
+          [typed("location", { longitude: 0 }), ["latitude: is missing"]],
+          [typed("location", { latitude: 0 }), ["longitude: is missing"]],
+          [typed("location", { latitude: "1", longitude: 0 }), ["latitude: Expected number"]],
+          [typed("location", { latitude: -90.5, longitude: 0 }), ["latitude: Expected a number between -90 and 90"]],
+          [typed("location", { latitude: 0, longitude: 180.5 }), ["longitude: Expected a number between -180 and 180"]],
+          [typed("location", { latitude: 0, longitude: 0, name: 1 }), ["name: Expected string"]],
+          [typed("tool_call", {}), ["name: is missing"]],
+          [typed("tool_call", { name: "" }), ["name: Expected a string of 1 to 256 character(s)"]],
+          [typed("tool_call", { name: "t", callId: 1 }), ["callId: Expected string"]],
+          [typed("tool_call", { name: "t", arguments: [1] }), [`arguments: ${anObject}`]],
+          [typed("genui", {}), ["component: is missing"]],
+          [typed("genui", { component: "" }), ["component: Expected a string of 1 to 256 character(s)"]],
+          [typed("genui", { component: "c", props: [1] }), [`props: ${anObject}`]],
+          [typed("genui", { component: "c", text: 1 }), ["text: Expected string"]],
+          [typed("interrupt", {}), ["prompt: is missing"]],
+          [typed("interrupt", { prompt: 5 }), [expect.stringMatching(/^prompt: Expected /)]],
+          [typed("interrupt", { prompt: "p", options: "yes" }), [expect.stringMatching(/^options: Expected /)]],
+          [typed("interrupt", { prompt: "p", options: [""] }), ["options.0: Expected a string of 1 to 256 character(s)"]],
           [{ message_type: "image", payload: { url: "https://x.test/a.png", width: 0 } }, ["width: Expected a positive number"]],
           [
             { message_type: "tool_call", payload: { name: "t", status: "done" } },
@@ -231,11 +289,12 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
             ["options: Expected an array of at most 20 item(s)"]
           ]
         ]
+        const before = yield* storedState(conversationId)
         for (const [body, messages] of cases) {
           const reply = yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, body)
-          expectError(reply, 422, "invalid_message", { payload: messages })
+          expectError(reply, 422, "invalid_message", { payload: messages }, JSON.stringify(body).slice(0, 80))
         }
-        expect(yield* countActivities(conversationId)).toBe(0)
+        expect(yield* storedState(conversationId)).toEqual(before)
       }))
 
     it.effect("lengths in characters count code points: 256 emoji are a label or a sender, 257 are not", () =>
@@ -275,11 +334,34 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
         expect(reply.status).toBe(201)
         expect(reply.body.data.attachments).toEqual([{ contentType: "image/png", contentUrl: "https://x.test/a.png" }])
         expect(reply.body.data.text).toBe("Hello card")
-        const open = yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, {
-          message_type: "my_widget",
-          payload: { anything: true }
-        })
-        expect(open.status).toBe(201)
+        // Each schema at its bounds is stored, its text filled from the documented field when none is sent.
+        const labels = (n: number) => Array.from({ length: n }, (_, i) => `option-${i}`)
+        const filled: Array<[Record<string, unknown>, string | null]> = [
+          [
+            { message_type: "buttons", payload: { text: "Pick", buttons: labels(20).map((label) => ({ label, url: urlOf(2_048) })) } },
+            "Pick"
+          ],
+          [{ message_type: "buttons", payload: { buttons: [{ label: "b" }] } }, null],
+          [
+            { message_type: "card", payload: { title: "Card", subtitle: "s", imageUrl: "http://x.test/a.png", buttons: [{ label: "b" }] } },
+            "Card"
+          ],
+          [{ message_type: "image", payload: { url: urlOf(2_048), alt: "A cat", width: 1, height: 1 } }, "A cat"],
+          [{ message_type: "location", payload: { latitude: -90, longitude: 180 } }, "-90,180"],
+          [{ message_type: "location", payload: { latitude: 90, longitude: -180, name: "Pole", address: "a" } }, "Pole"],
+          [{ message_type: "tool_call", payload: { name: "search", callId: "c1", arguments: {}, status: "completed" } }, "search"],
+          [{ message_type: "genui", payload: { component: "Chart", props: {} } }, "Chart"],
+          [{ message_type: "genui", payload: { component: "Chart", text: "See the chart" } }, "See the chart"],
+          [{ message_type: "interrupt", payload: { prompt: "Go on?", options: labels(20) } }, "Go on?"],
+          [{ message_type: `m${"x".repeat(63)}`, payload: { text: "open" } }, "open"],
+          [{ message_type: "my_widget", payload: { anything: true } }, null],
+          [{ message_type: "card", payload: { title: "Card" }, text: "sent text" }, "sent text"]
+        ]
+        for (const [body, text] of filled) {
+          const stored = yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, body)
+          expect(stored.status, JSON.stringify(body).slice(0, 80)).toBe(201)
+          expect(stored.body.data).toMatchObject({ message_type: body["message_type"], payload: body["payload"], text })
+        }
       }))
 
     it.effect("a __proto__ key in metadata, payload or an attachment is refused on both routes, never stored or answered changed", () =>
@@ -532,9 +614,12 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
         const closed = yield* tenantApi(key, "POST", `/conversations/${conversationId}/close`)
         expect(closed.status).toBe(200)
         expect(closed.body.data).toMatchObject({ id: conversationId, status: "closed", participant: null })
+        // Closing a closed conversation is no transition: 200, and nothing is written.
+        const closedState = yield* storedState(conversationId)
         const again = yield* tenantApi(key, "POST", `/conversations/${conversationId}/close`)
         expect(again.status).toBe(200)
-        const closedState = yield* storedState(conversationId)
+        expect(again.body.data.status).toBe("closed")
+        expect(yield* storedState(conversationId)).toEqual(closedState)
         for (const body of [{ text: "late" }, { type: "event", metadata: { e: 1 } }]) {
           expectError(
             yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, body),
@@ -554,6 +639,12 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
         })
         const reopened = yield* tenantApi(key, "POST", `/conversations/${conversationId}/reopen`)
         expect(reopened.body.data.status).toBe("active")
+        // Reopening an active conversation is no transition: 200, and nothing is written.
+        const activeState = yield* storedState(conversationId)
+        const reopenedAgain = yield* tenantApi(key, "POST", `/conversations/${conversationId}/reopen`)
+        expect(reopenedAgain.status).toBe(200)
+        expect(reopenedAgain.body.data.status).toBe("active")
+        expect(yield* storedState(conversationId)).toEqual(activeState)
         const after = (yield* tenantApi(key, "GET", `/conversations/${conversationId}/activities?watermark=2`)).body
         expect(after.data).toHaveLength(1)
         expect(after.data[0].metadata).toEqual({ event: "conversation_reopened", status: "active", reason: "manual" })
@@ -613,6 +704,17 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
         expect((yield* tenantApi(key, "GET", `${path}?watermark=%25%25%25`)).headers.get("deprecation")).toBeNull()
         const empty = (yield* tenantApi(key, "GET", `${path}?watermark=5`)).body
         expect(empty).toEqual({ data: [], meta: { watermark: 5, has_more: false, limit: 100 } })
+        // Every form echoes the position it names, as an integer; no watermark on an empty page is null.
+        const echoed = [[Buffer.from("seq:7").toString("base64url"), 7], [Buffer.from(ids[4]!).toString("base64"), 5]] as const
+        for (const [watermark, position] of echoed) {
+          const page = (yield* tenantApi(key, "GET", `${path}?watermark=${encodeURIComponent(watermark)}`)).body
+          expect(page, watermark).toEqual({ data: [], meta: { watermark: position, has_more: false, limit: 100 } })
+        }
+        const unwritten = yield* insertConversation(tenant.id, channel.id)
+        expect((yield* tenantApi(key, "GET", `/conversations/${unwritten}/activities`)).body).toEqual({
+          data: [],
+          meta: { watermark: null, has_more: false, limit: 100 }
+        })
         // Any exact integer is a position; past 2^53 - 1 a seq can no longer be told apart.
         const largest = (yield* tenantApi(key, "GET", `${path}?watermark=9007199254740991`)).body
         expect(largest.meta.watermark).toBe(9007199254740991)
@@ -625,6 +727,15 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
             "9007199254740992",
             Buffer.from("seq:9007199254740992").toString("base64url"),
             Buffer.from("seq:x").toString("base64url"),
+            Buffer.from("seq:").toString("base64url"),
+            Buffer.from("seq:-1").toString("base64url"),
+            Buffer.from("seq:1.5").toString("base64url"),
+            // Base64 of neither form, and a legacy form that holds no activity id.
+            Buffer.from("hello").toString("base64"),
+            Buffer.from("activity:nope").toString("base64"),
+            "1e3",
+            " 1",
+            "9".repeat(201),
             // The legacy form of another conversation's activity names no position here.
             Buffer.from(elsewhere).toString("base64")
           ]
@@ -635,7 +746,9 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
         for (const limit of ["abc", "0", "-5", "1.5", ""]) {
           expectError(yield* tenantApi(key, "GET", `${path}?limit=${limit}`), 400, "bad_request", null, `limit=${limit}`)
         }
-        expect((yield* tenantApi(key, "GET", `${path}?limit=5000`)).body.meta.limit).toBe(1000)
+        for (const [limit, capped] of [["1000", 1000], ["1001", 1000], ["5000", 1000]] as const) {
+          expect((yield* tenantApi(key, "GET", `${path}?limit=${limit}`)).body.meta.limit, limit).toBe(capped)
+        }
       }))
 
     it.effect("GET /conversations pages through every conversation newest first by next_cursor, once each", () =>
@@ -688,7 +801,9 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
         const ids = (path: string) =>
           Effect.map(tenantApi(key, "GET", path), (reply) => reply.body.data.map((c: { id: string }) => c.id))
 
-        const all = (yield* tenantApi(key, "GET", "/conversations")).body.data
+        const listed = (yield* tenantApi(key, "GET", "/conversations")).body
+        expect(listed.meta).toEqual({ next_cursor: null, has_more: false, limit: 50 })
+        const all = listed.data
         expect(all.map((c: { id: string }) => c.id)).toEqual([closed, elsewhere, conversationId])
         expect(all.map((c: { participant: unknown }) => c.participant)).toEqual([null, null, participant])
         expect(all[2].channels).toBeUndefined()
@@ -733,19 +848,26 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
               `cursor=${cursorOf([at, conversationId])}`
             ),
             "channel_id=nope",
+            "channel_id=",
+            "cursor=",
             "status=open",
             "status=",
+            "status=ACTIVE",
             "limit=0",
             "limit=-1",
             "limit=abc",
+            "limit=1.5",
+            "limit=",
             "external_id=%00abc"
           ]
         ) {
           expectError(yield* tenantApi(key, "GET", `/conversations?${query}`), 400, "bad_request", null, query)
         }
-        const huge = yield* tenantApi(key, "GET", "/conversations?limit=1234567890")
-        expect(huge.status).toBe(200)
-        expect(huge.body.meta.limit).toBe(500)
+        for (const [limit, capped] of [["500", 500], ["501", 500], ["1234567890", 500]] as const) {
+          const reply = yield* tenantApi(key, "GET", `/conversations?limit=${limit}`)
+          expect(reply.status, limit).toBe(200)
+          expect(reply.body.meta.limit, limit).toBe(capped)
+        }
       }))
   })
 })
