@@ -514,8 +514,8 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
       setStatus: (request: StatusRequest) =>
         submit((done: StatusDone): Command => ({ _tag: "SetStatus", ...request, arrivedLate: request.deadline < Date.now(), done })),
       subscribe,
-      /** Whether a stream is open on this core (then it is kept however idle it is). */
-      hasSubscribers: () => subscribers > 0
+      /** The streams open on this core (while there are any, it is kept however idle it is). */
+      subscribers: () => subscribers
     } as const
   })
 

@@ -68,12 +68,19 @@ export class ConversationCores extends Effect.Service<ConversationCores>()("parl
 
     const sweep = Effect.suspend(() => {
       const cutoff = performance.now() - Duration.toMillis(IDLE_AFTER)
-      const idle = [...running].filter(([, entry]) => entry.lastUsed < cutoff && !entry.core.hasSubscribers())
+      const idle = [...running].filter(([, entry]) => entry.lastUsed < cutoff && entry.core.subscribers() === 0)
       for (const [id] of idle) running.delete(id)
       return Effect.forEach(idle, ([, entry]) => Scope.close(entry.scope, Exit.void), { discard: true })
     })
     yield* Effect.forkScoped(sweep.pipe(Effect.repeat(Schedule.spaced(SWEEP_EVERY))))
 
-    return { get, isOwned, running: () => running.size } as const
+    /** Listeners' streams open on this node's cores, from any node. */
+    const streams = () => {
+      let open = 0
+      for (const entry of running.values()) open += entry.core.subscribers()
+      return open
+    }
+
+    return { get, isOwned, running: () => running.size, streams } as const
   })
 }) {}

@@ -69,7 +69,8 @@ const variables = [
   "CLUSTER_RUNNER_HOST",
   "CLUSTER_RUNNER_PORT",
   "CLUSTER_SHARD_LOCK_EXPIRATION_MS",
-  "CLUSTER_ENTITY_TERMINATION_TIMEOUT_MS"
+  "CLUSTER_ENTITY_TERMINATION_TIMEOUT_MS",
+  "CLUSTER_STREAM_LIFETIME_MS"
 ]
 
 describe("AppConfig", () => {
@@ -113,7 +114,8 @@ describe("AppConfig", () => {
         clusterRunnerHost: "127.0.0.1",
         clusterRunnerPort: 5000,
         clusterShardLockExpirationMs: 6000,
-        clusterEntityTerminationTimeoutMs: 3000
+        clusterEntityTerminationTimeoutMs: 3000,
+        clusterStreamLifetimeMs: 300000
       })
     }))
 
@@ -155,7 +157,8 @@ describe("AppConfig", () => {
         LOG_FORMAT: "pretty",
         CLUSTER_RUNNER_HOST: "node-2",
         CLUSTER_SHARD_LOCK_EXPIRATION_MS: "74",
-        CLUSTER_ENTITY_TERMINATION_TIMEOUT_MS: "75"
+        CLUSTER_ENTITY_TERMINATION_TIMEOUT_MS: "75",
+        CLUSTER_STREAM_LIFETIME_MS: "1000"
       })
       expect(config).toMatchObject({
         port: 4100,
@@ -186,7 +189,8 @@ describe("AppConfig", () => {
         clusterRunnerHost: "node-2",
         clusterRunnerPort: 5100,
         clusterShardLockExpirationMs: 74,
-        clusterEntityTerminationTimeoutMs: 75
+        clusterEntityTerminationTimeoutMs: 75,
+        clusterStreamLifetimeMs: 1000
       })
       expect(Option.map(config.databaseUrl, Redacted.value)).toEqual(Option.some("postgres://u@db/parley"))
       expect(Option.map(config.adminApiToken, Redacted.value)).toEqual(Option.some(token))
@@ -329,6 +333,9 @@ describe("AppConfig", () => {
     ["DRAIN_MAX_MS", { DRAIN_MAX_MS: "2147483648" }],
     ["SSE_HEARTBEAT_MS", { SSE_HEARTBEAT_MS: "2147483648" }],
     ["CLUSTER_SHARD_LOCK_EXPIRATION_MS", { CLUSTER_SHARD_LOCK_EXPIRATION_MS: "2147483648" }],
+    // A stream shorter than a second would resubscribe all the time; longer than a day, rarely catch a dead listener.
+    ["CLUSTER_STREAM_LIFETIME_MS", { CLUSTER_STREAM_LIFETIME_MS: "999" }],
+    ["CLUSTER_STREAM_LIFETIME_MS", { CLUSTER_STREAM_LIFETIME_MS: "86400001" }],
     // Added to now, these would not be timestamps (PostgreSQL "timestamp out of range", RangeError).
     ["API_KEY_ROTATION_GRACE_SECONDS", { API_KEY_ROTATION_GRACE_SECONDS: "10000000000000" }],
     ["CONVERSATION_IDLE_CLOSE_SECONDS", { CONVERSATION_IDLE_CLOSE_SECONDS: "10000000000000" }],

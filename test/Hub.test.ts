@@ -173,3 +173,23 @@ layer(TestNodeLive(), { excludeTestServices: true })("node-local hub", (it) => {
       expect(upstreams[1]!.delivered).toEqual([3])
     }).pipe(Effect.scoped), 60_000)
 })
+
+layer(TestNodeLive({ CLUSTER_STREAM_LIFETIME_MS: "1000" }), { excludeTestServices: true })("node-local hub, streams of one second", (it) => {
+  it.effect("a listener gets every activity once, in order, while its upstream ends at each lifetime and is followed again", () =>
+    Effect.gen(function*() {
+      const upstreams: Array<Upstream> = []
+      const hub = yield* hubWithFirstSubscribe(upstreams, (again) => again())
+      const { conversationId, key } = yield* tenantWithConversation
+      const total = 60
+      const listener = yield* hub.subscribe(conversationId, 0).pipe(Stream.take(total), Stream.runCollect, Effect.fork)
+      yield* eventually("the first subscribe", () => upstreams.length === 1)
+      // About four seconds of posts: the owner ends the stream three times or more meanwhile.
+      for (let i = 1; i <= total; i++) {
+        yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, { text: `m${i}` })
+        yield* Effect.sleep("60 millis")
+      }
+      const seen = Chunk.toReadonlyArray(yield* Fiber.join(listener).pipe(Effect.timeout("30 seconds")))
+      expect(seen.map((a) => a.seq)).toEqual(Array.from({ length: total }, (_, i) => i + 1))
+      expect(upstreams.length).toBeGreaterThanOrEqual(3)
+    }).pipe(Effect.scoped), 60_000)
+})

@@ -1,18 +1,26 @@
 import { expect, layer } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Schedule, Stream } from "effect"
+import { ConversationHub } from "../src/realtime/ConversationHub.js"
 import { tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { request, TestNodeLive } from "./support/TestNode.js"
 
 layer(TestNodeLive(), { excludeTestServices: true })("node metrics", (it) => {
-  it.effect("activities stored, shards and entities of this node appear in /metrics", () =>
+  it.effect("activities stored, shards, entities and live streams of this node appear in /metrics", () =>
     Effect.gen(function*() {
       const { conversationId, key } = yield* tenantWithConversation
       yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, { text: "counted" })
-      const text = (yield* request("GET", "/metrics")).body as string
+      // A listener: this node's hub follows the conversation through one stream from its core.
+      yield* Effect.forkScoped(Stream.runDrain((yield* ConversationHub).subscribe(conversationId, 0)))
+      const text = yield* request("GET", "/metrics").pipe(
+        Effect.map((reply) => reply.body as string),
+        Effect.filterOrFail((body) => /^parley_conversation_streams 1$/m.test(body)),
+        Effect.retry(Schedule.spaced("100 millis").pipe(Schedule.upTo("10 seconds")))
+      )
       expect(text).toMatch(/^parley_activities_stored_total [1-9]/m)
       expect(text).toMatch(/^parley_cluster_shards_owned 300$/m)
       expect(text).toMatch(/^parley_cluster_entities_active \d+$/m)
       expect(text).toMatch(/^parley_conversations_running [1-9]/m)
+      expect(text).toMatch(/^parley_conversation_streams 1$/m)
       expect(text).toMatch(/^# TYPE parley_rate_limit_rejections_total counter$/m)
-    }))
+    }).pipe(Effect.scoped))
 })

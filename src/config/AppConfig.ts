@@ -230,6 +230,7 @@ export class AppConfig extends Effect.Service<AppConfig>()("parley/AppConfig", {
     clusterRunnerHost: runnerHost,
     clusterRunnerPort,
     clusterShardLockExpirationMs: millis("CLUSTER_SHARD_LOCK_EXPIRATION_MS", 6000),
-    clusterEntityTerminationTimeoutMs: millis("CLUSTER_ENTITY_TERMINATION_TIMEOUT_MS", 3000)
+    clusterEntityTerminationTimeoutMs: millis("CLUSTER_ENTITY_TERMINATION_TIMEOUT_MS", 3000),
+    clusterStreamLifetimeMs: withDefault("CLUSTER_STREAM_LIFETIME_MS", 300000, integerIn(1000, 86_400_000, " (milliseconds, one day)"))
   })
 }) {}

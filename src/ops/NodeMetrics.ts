@@ -39,5 +39,6 @@ export const NodeMetricsLive = Layer.effectDiscard(
       () => Runtime.runSync(runtime)(sharding.activeEntityCount)
     )
     metrics.gauge("parley_conversations_running", "Conversations whose logic runs on this node", cores.running)
+    metrics.gauge("parley_conversation_streams", "Live streams open on this node's conversations, for listeners on any node", cores.streams)
   })
 )

@@ -8,7 +8,10 @@ import { databaseUnavailable, type Unavailable } from "../domain/ApiError.js"
 const PAGE = 500
 
 class UpstreamResent extends Data.TaggedError("UpstreamResent") {}
-/** Upstream pause after the entity stream ended or failed (handoff, crash, timeout). */
+/**
+ * Upstream pause after the entity stream failed (crash, timeout) or ended early (handoff). One that
+ * ended after running at least this long reached its lifetime (ConversationEntityLive): no pause.
+ */
 const RESUBSCRIBE_AFTER = Duration.millis(250)
 /**
  * A silent upstream (a crash re-send that never resumed) is caught up from the table this often,
@@ -89,7 +92,9 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
                     : publishNext(topic, activity)
                 )
               )
-            )
+            ),
+            Effect.timed,
+            Effect.map(([ran]) => Duration.greaterThanOrEqualTo(ran, RESUBSCRIBE_AFTER))
           )
         ),
         // Worth a line: it follows an owner's crash, and the fan-out pauses until the resubscribe.
@@ -100,10 +105,11 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
             )
             : Effect.void
         ),
-        // Ended (handoff) or failed (crash, timeout): catch up from the table, then follow again.
-        Effect.catchAllCause(() => Effect.void),
-        Effect.zipRight(fillFromTable(conversationId, topic).pipe(Effect.catchAllCause(() => Effect.void))),
-        Effect.zipRight(Effect.sleep(RESUBSCRIBE_AFTER)),
+        // Ended (its lifetime, a handoff) or failed (crash, timeout): catch up from the table, then
+        // follow again, at once after a lifetime.
+        Effect.catchAllCause(() => Effect.succeed(false)),
+        Effect.tap(fillFromTable(conversationId, topic).pipe(Effect.catchAllCause(() => Effect.void))),
+        Effect.flatMap((lived) => (lived ? Effect.void : Effect.sleep(RESUBSCRIBE_AFTER))),
         Effect.forever
       )
 

@@ -5,7 +5,7 @@ import { ADMIN_TOKEN, freePorts } from "./TestNode.js"
 
 const repoRoot = fileURLToPath(new URL("../..", import.meta.url))
 
-/** A Parley node running as a real process (`node --import tsx src/main.ts`). */
+/** A Parley node running as a real process (`node --import tsx src/main.ts`, or another entry). */
 export interface NodeProcess {
   readonly name: string
   readonly baseUrl: string
@@ -38,11 +38,11 @@ const waitReady = (baseUrl: string, child: ChildProcess, output: () => string) =
   )
 
 /** Starts a node on free ports and waits until it is ready; a node that is not is killed. */
-const start = (name: string, env: Record<string, string>) =>
+const start = (name: string, env: Record<string, string>, entry: string) =>
   Effect.gen(function*() {
     const [port, runnerPort] = yield* freePorts(2)
     let log = ""
-    const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], {
+    const child = spawn(process.execPath, ["--import", "tsx", entry], {
       cwd: repoRoot,
       env: {
         ...process.env,
@@ -76,9 +76,9 @@ const stop = async (node: NodeProcess) => {
 }
 
 /** Starts a node on free ports and waits until it is ready; it is killed when the scope closes. */
-export const spawnNode = (name: string, env: Record<string, string>) =>
+export const spawnNode = (name: string, env: Record<string, string>, entry = "src/main.ts") =>
   Effect.acquireRelease(
-    start(name, env).pipe(
+    start(name, env, entry).pipe(
       // A port free when picked can be taken before the node binds it (by an outgoing connection
       // of this machine): the node then exits at once, and another pick is as good.
       Effect.retry({ times: 3, while: (failure) => failure.exited && failure.message.includes("EADDRINUSE") }),

@@ -1,0 +1,63 @@
+import { describe, expect, layer } from "@effect/vitest"
+import { Duration, Effect, Schedule } from "effect"
+import { ConversationCores } from "../cluster/ConversationCores.js"
+import { insertChannel, insertConversation, tenantApi } from "./support/Fixtures.js"
+import { spawnNode } from "./support/NodeProcess.js"
+import { ownerPort } from "./support/ShardOwner.js"
+import { serverUrl, TestDatabase } from "./support/TestDatabase.js"
+import { createTenant, TestNodeLive } from "./support/TestNode.js"
+
+const clusterEnv = {
+  CLUSTER_SHARD_LOCK_EXPIRATION_MS: "4000",
+  CLUSTER_ENTITY_TERMINATION_TIMEOUT_MS: "2000",
+  // The owner (this process's node) ends each listener's stream after about 2 s, and interrupts
+  // one still open a second later.
+  CLUSTER_STREAM_LIFETIME_MS: "2000"
+}
+
+/** Polls `check` until it holds; dies with its last value after `within`. */
+const eventually = <A>(check: Effect.Effect<A>, holds: (value: A) => boolean, within: Duration.DurationInput) =>
+  Effect.suspend(() => {
+    let last: A | undefined
+    return check.pipe(
+      Effect.tap((value) => {
+        last = value
+      }),
+      Effect.repeat({ schedule: Schedule.spaced("100 millis"), until: holds }),
+      Effect.timeoutFail({ duration: within, onTimeout: () => "timed out" }),
+      Effect.catchAll(() => Effect.dieMessage(`still not so after ${Duration.format(within)}: ${JSON.stringify(last)}`))
+    )
+  })
+
+describe.skipIf(serverUrl === undefined)("listener streams across nodes", () => {
+  layer(TestNodeLive(clusterEnv), { excludeTestServices: true })("an owner and a listening node", (it) => {
+    it.scoped("the streams of a listening node killed with SIGKILL end on the owner, idle or with an activity in flight", () =>
+      Effect.gen(function*() {
+        const db = yield* TestDatabase
+        const cores = yield* ConversationCores
+        const tenant = yield* createTenant()
+        const channel = yield* insertChannel(tenant.id)
+        const ids = yield* Effect.forEach(Array.from({ length: 12 }), () => insertConversation(tenant.id, channel.id))
+        const listener = yield* spawnNode("L", { DATABASE_URL: db.url!, ...clusterEnv, LISTEN_TO: ids.join(",") }, "test/support/ListenerNode.ts")
+        const seen = (id: string, seq: number) => listener.output().includes(`seen ${id} ${seq}\n`)
+        // One activity each, through this node, reaches the listening node: its streams are live.
+        yield* Effect.forEach(ids, (id) => tenantApi(tenant.api_key, "POST", `/conversations/${id}/activities`, { text: "one" }))
+        yield* eventually(Effect.sync(() => ids.filter((id) => !seen(id, 1))), (missing) => missing.length === 0, "20 seconds")
+        // The conversations this node owns, each followed from the listening node (and none of
+        // ours from here: this process's hub has no listeners).
+        const owners = yield* Effect.forEach(ids, ownerPort)
+        const ours = ids.filter((_, i) => owners[i] !== listener.runnerPort)
+        expect(ours.length).toBeGreaterThan(1)
+        yield* eventually(Effect.sync(cores.streams), (open) => open === ours.length, "10 seconds")
+
+        listener.child.kill("SIGKILL")
+        yield* Effect.promise(() => listener.exited)
+        // One of them gets an activity now: its stream sends it to the dead node and waits for an
+        // acknowledgement that never comes. The others stay idle.
+        const reply = yield* tenantApi(tenant.api_key, "POST", `/conversations/${ours[0]}/activities`, { text: "two" })
+        expect(reply.status).toBe(201)
+        // Within a lifetime (2.2 s at most) and the second after it, with room for a slow host.
+        yield* eventually(Effect.sync(cores.streams), (open) => open === 0, "15 seconds")
+      }), { timeout: 120_000 })
+  })
+})
