@@ -730,6 +730,9 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
             Buffer.from("seq:").toString("base64url"),
             Buffer.from("seq:-1").toString("base64url"),
             Buffer.from("seq:1.5").toString("base64url"),
+            // A character too many or too few: Base64 of no whole number of bytes.
+            `${Buffer.from("seq:41").toString("base64url")}M`,
+            Buffer.from("seq:123").toString("base64url").slice(0, -1),
             // Base64 of neither form, and a legacy form that holds no activity id.
             Buffer.from("hello").toString("base64"),
             Buffer.from("activity:nope").toString("base64"),

@@ -9,10 +9,16 @@ export const Position = Data.taggedEnum<Position>()
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
+/**
+ * The text of a Base64 watermark, URL-safe or standard, padded or not. Node's decoder drops
+ * characters that make no whole byte: such a watermark (a stray or lost character) is refused
+ * rather than read as another position.
+ */
 const decodeBase64Url = (text: string): string | undefined => {
   if (!/^[A-Za-z0-9_\-+/]+={0,2}$/.test(text)) return undefined
-  const decoded = Buffer.from(text.replaceAll("+", "-").replaceAll("/", "_"), "base64url").toString("utf8")
-  return decoded.length > 0 ? decoded : undefined
+  const canonical = text.replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "")
+  const bytes = Buffer.from(canonical, "base64url")
+  return bytes.length > 0 && bytes.toString("base64url") === canonical ? bytes.toString("utf8") : undefined
 }
 
 /** A seq written in decimal digits, up to the largest exact integer (2^53 - 1). */
