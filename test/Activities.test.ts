@@ -118,6 +118,9 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
           [{ type: "Message" }, "type"],
           [{ text: "x".repeat(65_537) }, "text"],
           [{ type: "messageReaction", text: "x".repeat(65), reply_to_id: crypto.randomUUID() }, "text"],
+          // A reaction is its emoji.
+          [{ type: "messageReaction", reply_to_id: crypto.randomUUID() }, "text"],
+          [{ type: "messageReaction", text: "", reply_to_id: crypto.randomUUID() }, "text"],
           [{ attachments: Array.from({ length: 11 }, () => ({ contentType: "image/png" })) }, "attachments"],
           [{ attachments: [{ name: "no type" }] }, "attachments"],
           [{ attachments: [{ contentType: "" }] }, "attachments"],

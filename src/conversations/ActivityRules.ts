@@ -119,6 +119,10 @@ export const checkActivity = (input: ActivityInput): Effect.Effect<CheckedActivi
         text = input.text
       }
     }
+    // The emoji is what a reaction says: one without it says nothing.
+    if (type === "messageReaction" && (text === null || text === "") && problems.errors["text"] === undefined) {
+      problems.add("text", "the reaction's emoji is required for messageReaction")
+    }
 
     const attachments = checkAttachments(input.attachments, problems)
     checkStorable("attachments", attachments, problems)
