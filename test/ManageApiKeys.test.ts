@@ -161,6 +161,8 @@ layer(TestNodeLive(), { excludeTestServices: true })("scoped API keys", (it) => 
       ["an expires_at with offset +24:00", { scopes: ["read"], expires_at: "2030-01-01T00:00:00+24:00" }, "expires_at"],
       ["an expires_at with a trailing NUL", { scopes: ["read"], expires_at: "2030-01-01T00:00:00Z\u0000" }, "expires_at"],
       ["an expires_at without an offset", { scopes: ["read"], expires_at: "2030-01-01T00:00:00" }, "expires_at"],
+      // Its offset moves it into the year 10000, which no four-digit year can write (a 400 before).
+      ["an expires_at past the year 9999", { scopes: ["read"], expires_at: "9999-12-31T23:30:00-01:00" }, "expires_at"],
       ["no scopes", { scopes: [] }, "scopes"],
       ["a missing scopes field", {}, "scopes"],
       ["an unknown scope", { scopes: ["read", "admin"] }, "scopes"],

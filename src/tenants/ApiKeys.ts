@@ -26,6 +26,9 @@ const AuthRow = Schema.Struct({
   stale: Schema.Boolean
 })
 
+/** The last year an `expires_at` may fall in (UTC): ISO 8601 writes later years with six digits. */
+const MAX_EXPIRY_YEAR = 9999
+
 /** A key lookup gives up after this long (503), as the other reads of a request do. */
 const LOOKUP_TIMEOUT_MS = 5_000
 
@@ -176,6 +179,8 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
           if (Option.isNone(at)) {
             problems.add("expires_at", "must be an ISO 8601 date-time with Z or an offset, such as 2030-01-31T12:00:00Z")
           } else if (at.value.getTime() <= Date.now()) problems.add("expires_at", "must be in the future")
+          // An offset can carry 9999-12-31 into the year 10000, which toISOString writes as +010000 (unstorable).
+          else if (at.value.getUTCFullYear() > MAX_EXPIRY_YEAR) problems.add("expires_at", `must be before the year ${MAX_EXPIRY_YEAR + 1}`)
           else expiresAt = at.value.toISOString()
         }
         yield* problems.check()
