@@ -25,11 +25,12 @@ export const acceptsJson = (accept: string | undefined) => {
 
 /**
  * Whether a body's content type is JSON: `application/json` with any parameters (a charset), or
- * none given. Other types naming JSON somewhere (`application/json-patch+json`, a parameter) are not.
+ * none given. Other types naming JSON somewhere (`application/json-patch+json`, a parameter) are not,
+ * nor parameters without a media type (`; charset=utf-8`): HttpApi would read that body as bytes.
  */
 export const isJsonContentType = (contentType: string | undefined) => {
-  const essence = (contentType ?? "").split(";", 1)[0]!.trim().toLowerCase()
-  return essence === "" || essence === "application/json"
+  if (contentType === undefined || contentType.trim() === "") return true
+  return contentType.split(";", 1)[0]!.trim().toLowerCase() === "application/json"
 }
 
 /** The status an error class declares through its HttpApi annotation (500 when it declares none). */
