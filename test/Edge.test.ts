@@ -25,6 +25,21 @@ const oversizedBody = JSON.stringify({ tenant: { name: "x".repeat(MAX_JSON_BODY_
 const raw = (options: Parameters<typeof rawRequest>[1]) =>
   Effect.flatMap(TestNode, ({ baseUrl }) => rawRequest(baseUrl, options))
 
+/** Writes `text` on a new connection to the node; the answer's head and body once the server closes it. */
+const rawExchange = (text: string) =>
+  Effect.flatMap(TestNode, ({ baseUrl }) =>
+    Effect.async<readonly [head: string, body: string]>((resume) => {
+      const { hostname, port } = new URL(baseUrl)
+      const socket = connect(Number(port), hostname)
+      let reply = ""
+      socket.on("data", (chunk) => (reply += chunk.toString()))
+      socket.on("close", () => {
+        const [head, body] = reply.split("\r\n\r\n")
+        resume(Effect.succeed([head!, body ?? ""] as const))
+      })
+      socket.write(text)
+    }))
+
 layer(TestNodeLive(), { excludeTestServices: true })("HTTP edge", (it) => {
   it.effect("an unknown route is 404 not_found in the envelope", () =>
     Effect.gen(function*() {
@@ -264,24 +279,26 @@ layer(TestNodeLive(), { excludeTestServices: true })("HTTP edge", (it) => {
 
   it.effect("a request the HTTP parser refuses gets the envelope too, then the connection closes", () =>
     Effect.gen(function*() {
-      const { baseUrl } = yield* TestNode
-      const { hostname, port } = new URL(baseUrl)
-      const reply = yield* Effect.async<string>((resume) => {
-        const socket = connect(Number(port), hostname)
-        let text = ""
-        socket.on("data", (chunk) => (text += chunk.toString()))
-        socket.on("close", () => resume(Effect.succeed(text)))
-        socket.write("GET /health/live HTTP/1.1\r\nhost: x\r\nx-idempotency-key: a\u0001b\r\n\r\n")
-      })
-      const [head, body] = reply.split("\r\n\r\n")
+      const [head, body] = yield* rawExchange("GET /health/live HTTP/1.1\r\nhost: x\r\nx-idempotency-key: a\u0001b\r\n\r\n")
       expect(head).toMatch(/^HTTP\/1\.1 400 /)
       expect(head).toMatch(/connection: close/i)
-      const parsed = JSON.parse(body!)
+      const parsed = JSON.parse(body)
       expect(parsed).toEqual(envelope("bad_request"))
       expect(head).toContain(`x-request-id: ${parsed.error.request_id}`)
       // Counted, though no route saw it and its method could not be trusted.
       const metrics = yield* request("GET", "/metrics")
       expect(metrics.body).toContain('parley_http_requests_total{route="unparsed",method="unknown",status="400"} 1')
+    }))
+
+  it.effect("an HTTP/1.1 request without a Host header is 400 bad_request in the envelope, then the connection closes", () =>
+    Effect.gen(function*() {
+      const [head, body] = yield* rawExchange("GET /api/v1/admin/tenants HTTP/1.1\r\nx-request-id: no-host-1\r\n\r\n")
+      expect(head).toMatch(/^HTTP\/1\.1 400 /)
+      expect(head).toMatch(/connection: close/i)
+      expect(head).toContain("x-request-id: no-host-1")
+      expect(JSON.parse(body)).toEqual(envelope("bad_request"))
+      const metrics = yield* request("GET", "/metrics")
+      expect(metrics.body).toContain('parley_http_requests_total{route="unparsed",method="GET",status="400"} 1')
     }))
 
   it.effect("x-request-id is echoed when sane, generated otherwise, and equals error.request_id", () =>

@@ -52,29 +52,52 @@ const answerClientError = (answered: UnroutedAnswer) => (error: Error & { readon
 /** How soon a client refused by a stopping node should try again (on another node). */
 const STOPPING_RETRY_AFTER_MS = 1000
 
+/** Answers a request the server refuses before any route with the envelope, then closes the connection. */
+const answerUnrouted = (
+  request: AbandonableRequest,
+  response: ServerResponse,
+  answer: { readonly status: number; readonly code: string; readonly message: string; readonly details: Record<string, unknown> | null },
+  headers: Record<string, string> = {}
+) => {
+  const header = request.headers["x-request-id"]
+  const requestId = requestIdFrom(Array.isArray(header) ? header[0] : header)
+  const body = JSON.stringify(envelopeBody(answer.code, answer.message, answer.details, requestId))
+  response.writeHead(answer.status, {
+    "content-type": "application/json",
+    "content-length": Buffer.byteLength(body),
+    "x-request-id": requestId,
+    ...headers,
+    connection: "close"
+  })
+  response.end(body)
+}
+
 /**
  * The answer to a request that arrives after the router let go of the server while it stops: the
  * platform detaches its handler before it closes the listener, and a request accepted in between
  * would otherwise wait, unanswered, until the process exits.
  */
 const answerStopping = (request: AbandonableRequest, response: ServerResponse, answered: UnroutedAnswer) => {
-  const header = request.headers["x-request-id"]
-  const requestId = requestIdFrom(Array.isArray(header) ? header[0] : header)
-  const body = JSON.stringify(envelopeBody(
-    "unavailable",
-    "this node is not serving requests now (it is stopping), retry",
-    { reason: "draining", retry_after_ms: STOPPING_RETRY_AFTER_MS },
-    requestId
-  ))
-  response.writeHead(503, {
-    "content-type": "application/json",
-    "content-length": Buffer.byteLength(body),
-    "x-request-id": requestId,
-    "retry-after": String(STOPPING_RETRY_AFTER_MS / 1000),
-    connection: "close"
-  })
-  response.end(body)
+  answerUnrouted(request, response, {
+    status: 503,
+    code: "unavailable",
+    message: "this node is not serving requests now (it is stopping), retry",
+    details: { reason: "draining", retry_after_ms: STOPPING_RETRY_AFTER_MS }
+  }, { "retry-after": String(STOPPING_RETRY_AFTER_MS / 1000) })
   answered("stopping", request.method ?? "unknown", 503)
+}
+
+/**
+ * HTTP/1.1 requires a Host header (RFC 9112 §3.2). Node refuses a request without one with a bare
+ * 400 of its own, so the server asks Node not to and answers it here, with the envelope.
+ */
+const lacksHost = (request: AbandonableRequest) => request.httpVersion === "1.1" && request.headers.host === undefined
+
+const answerWithoutHost = (request: AbandonableRequest, response: ServerResponse, answered: UnroutedAnswer) => {
+  answerUnrouted(request, response, { status: 400, code: "bad_request", message: "the request has no Host header", details: null })
+  // The body, if any, is left unread: the connection cannot carry another request.
+  request.abandoned = true
+  answered("unparsed", request.method ?? "unknown", 400)
 }
 
 /** Answers a request itself and returns true, or returns false to leave it to the router. */
@@ -86,7 +109,7 @@ export type RequestClaim = (request: AbandonableRequest, response: ServerRespons
  */
 class NodeServer extends Server<typeof AbandonableRequest> {
   constructor(private readonly claim: RequestClaim, private readonly answered: UnroutedAnswer) {
-    super({ IncomingMessage: AbandonableRequest })
+    super({ IncomingMessage: AbandonableRequest, requireHostHeader: false })
     this.on("clientError", answerClientError(answered))
   }
 
@@ -97,6 +120,10 @@ class NodeServer extends Server<typeof AbandonableRequest> {
       response.once("finish", () => {
         if (request.abandoned) request.socket.destroySoon()
       })
+      if (lacksHost(request)) {
+        answerWithoutHost(request, response, this.answered)
+        return true
+      }
       if (this.claim(request, response)) return true
       if (this.listenerCount("request") === 0) {
         answerStopping(request, response, this.answered)
