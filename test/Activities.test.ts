@@ -853,6 +853,10 @@ layer(TestNodeLive(), { excludeTestServices: true })("tenant API: activities", (
             ...["2026-02-30T00:00:00Z", "2026-01-01T24:00:00Z", "0000-01-01T00:00:00Z"].map((at) =>
               `cursor=${cursorOf([at, conversationId])}`
             ),
+            // A character that is not Base64 (Node's decoder skipped it) or padding the cursor never has.
+            ...[(c: string) => `${c.slice(0, 10)}.${c.slice(10)}`, (c: string) => `${c}=`].map((spoil) =>
+              `cursor=${spoil(cursorOf(["2026-01-01T00:00:00.000Z", conversationId]))}`
+            ),
             "channel_id=nope",
             "channel_id=",
             "cursor=",

@@ -1,4 +1,5 @@
 import { Data, Either } from "effect"
+import { decodeExactBase64Url } from "./Base64.js"
 
 /** A decoded watermark: a seq, or (legacy form) the id of the last activity seen. */
 export type Position = Data.TaggedEnum<{
@@ -9,16 +10,10 @@ export const Position = Data.taggedEnum<Position>()
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
-/**
- * The text of a Base64 watermark, URL-safe or standard, padded or not. Node's decoder drops
- * characters that make no whole byte: such a watermark (a stray or lost character) is refused
- * rather than read as another position.
- */
+/** The text of a Base64 watermark, URL-safe or standard, padded or not, of a whole number of bytes. */
 const decodeBase64Url = (text: string): string | undefined => {
   if (!/^[A-Za-z0-9_\-+/]+={0,2}$/.test(text)) return undefined
-  const canonical = text.replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "")
-  const bytes = Buffer.from(canonical, "base64url")
-  return bytes.length > 0 && bytes.toString("base64url") === canonical ? bytes.toString("utf8") : undefined
+  return decodeExactBase64Url(text.replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, ""))?.toString("utf8")
 }
 
 /** A seq written in decimal digits, up to the largest exact integer (2^53 - 1). */

@@ -1,5 +1,6 @@
 import { Effect, Option } from "effect"
 import { BadRequest } from "../domain/ApiError.js"
+import { decodeExactBase64Url } from "../domain/Base64.js"
 import { parseInstant } from "../domain/Instant.js"
 
 /**
@@ -25,7 +26,7 @@ const isInstant = (text: string) => ISO.test(text) && Option.isSome(parseInstant
 /** Reads a cursor made by `encodeCursor`; 400 when it is not one. */
 export const decodeCursor = (raw: string) =>
   Effect.try({
-    try: () => JSON.parse(Buffer.from(raw, "base64url").toString("utf8")) as unknown,
+    try: () => JSON.parse(decodeExactBase64Url(raw)?.toString("utf8") ?? "") as unknown,
     catch: () => new BadRequest({ message: "invalid cursor" })
   }).pipe(
     Effect.flatMap((value) =>
