@@ -29,11 +29,14 @@ const RESERVED_HEADERS = new Set([
   "content-length",
   "content-type",
   "connection",
+  "expect",
   "keep-alive",
   "proxy-authenticate",
   "proxy-authorization",
+  "proxy-connection",
   "te",
   "trailer",
+  "trailers",
   "transfer-encoding",
   "upgrade"
 ])
