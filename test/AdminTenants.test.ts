@@ -153,6 +153,35 @@ layer(TestNodeLive({ TRUSTED_PROXIES: "127.0.0.1/32" }), { excludeTestServices: 
         expect(after.body.data.name).toBe(tenant["name"])
       }))
 
+    it.effect("order: an unknown tenant is 404 and a stale If-Match 412, whatever the body; then 422", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const etag = (yield* admin("GET", `/tenants/${tenant.id}`)).headers.get("etag")!
+        const changed = yield* admin("PATCH", `/tenants/${tenant.id}`, { tenant: { retention_days: 30 } })
+        const current = changed.headers.get("etag")!
+        const invalid = { tenant: { name: "", tier: "gold", retention_days: 0 } }
+        for (const method of ["PUT", "PATCH"]) {
+          const unknown = yield* admin(method, `/tenants/${crypto.randomUUID()}`, invalid, { "if-match": etag })
+          expect(unknown.status, method).toBe(404)
+          expect(unknown.body, method).toEqual(envelope("not_found"))
+          const stale = yield* admin(method, `/tenants/${tenant.id}`, invalid, { "if-match": etag })
+          expect(stale.status, method).toBe(412)
+          expect(stale.body.error, method).toMatchObject({ code: "precondition_failed", details: { current_etag: current } })
+          const fresh = yield* admin(method, `/tenants/${tenant.id}`, invalid, { "if-match": current })
+          expect(fresh.status, method).toBe(422)
+          expect(Object.keys(fresh.body.error.details).sort(), method).toEqual(["name", "retention_days", "tier"])
+        }
+        const after = yield* admin("GET", `/tenants/${tenant.id}`)
+        expect(after.body.data).toEqual(changed.body.data)
+        expect(after.headers.get("etag")).toBe(current)
+        if (serverUrl !== undefined) {
+          const audits = yield* query("SELECT action FROM audit_log WHERE resource_id = $1 AND action = 'tenant.updated'", [
+            tenant.id
+          ])
+          expect(audits).toHaveLength(1)
+        }
+      }))
+
     it.effect("unknown tenants are 404 and delete removes the tenant", () =>
       Effect.gen(function*() {
         const missing = yield* admin("GET", `/tenants/${crypto.randomUUID()}`)

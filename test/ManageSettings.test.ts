@@ -93,6 +93,26 @@ layer(TestNodeLive(), { excludeTestServices: true })("management API: settings a
       expect(year.status).toBe(200)
     }))
 
+  it.effect("a stale If-Match is 412 whatever the body, and changes nothing; with the current tag an invalid body is 422", () =>
+    Effect.gen(function*() {
+      const tenant = yield* createTenant()
+      const etag = (yield* manage(tenant.api_key, "GET", "/settings")).headers.get("etag")!
+      const changed = yield* manage(tenant.api_key, "PATCH", "/settings", { settings: { retention_days: 30 } })
+      const current = changed.headers.get("etag")!
+      const invalid = { settings: { retention_days: 0, allowed_upload_types: ["not a type"] } }
+      for (const method of ["PUT", "PATCH"]) {
+        const stale = yield* manage(tenant.api_key, method, "/settings", invalid, { "if-match": etag })
+        expect(stale.status, method).toBe(412)
+        expect(stale.body.error, method).toMatchObject({ code: "precondition_failed", details: { current_etag: current } })
+        const fresh = yield* manage(tenant.api_key, method, "/settings", invalid, { "if-match": current })
+        expect(fresh.status, method).toBe(422)
+        expect(fresh.body.error.code, method).toBe("validation_failed")
+      }
+      const after = yield* manage(tenant.api_key, "GET", "/settings")
+      expect(after.body.data).toEqual(changed.body.data)
+      expect(after.headers.get("etag")).toBe(current)
+    }))
+
   it.effect("no key is 401, a channel token 403, a key without manage 403 insufficient_scope", () =>
     Effect.gen(function*() {
       const tenant = yield* createTenant()

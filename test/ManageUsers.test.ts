@@ -314,6 +314,28 @@ layer(TestNodeLive(), { excludeTestServices: true })("management API: users", (i
         })
         expect(deleted.status).toBe(204)
       }))
+
+    stored("order: an unknown user is 404 and a stale If-Match 412, whatever the body; then 422", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const { etag, user } = yield* createUser(tenant.api_key)
+        const changed = yield* manage(tenant.api_key, "PATCH", `/users/${user.id}`, { user: { name: "one" } })
+        const current = changed.headers.get("etag")!
+        const invalid = { user: { email: "not an address", role: "root" } }
+        for (const method of ["PUT", "PATCH"]) {
+          const unknown = yield* manage(tenant.api_key, method, `/users/${crypto.randomUUID()}`, invalid, { "if-match": etag })
+          expect(statusAndCode(unknown), method).toEqual({ status: 404, code: "not_found" })
+          const stale = yield* manage(tenant.api_key, method, `/users/${user.id}`, invalid, { "if-match": etag })
+          expect(stale.status, method).toBe(412)
+          expect(stale.body.error, method).toMatchObject({ code: "precondition_failed", details: { current_etag: current } })
+          const fresh = yield* manage(tenant.api_key, method, `/users/${user.id}`, invalid, { "if-match": current })
+          expect(statusAndCode(fresh), method).toEqual({ status: 422, code: "validation_failed" })
+        }
+        const after = yield* manage(tenant.api_key, "GET", `/users/${user.id}`)
+        expect(after.body.data).toEqual(changed.body.data)
+        expect(after.headers.get("etag")).toBe(current)
+        expect((yield* auditOf(user.id)).map((a) => a.action)).toEqual(["user.created", "user.updated"])
+      }))
   })
 
   describe("sessions", () => {

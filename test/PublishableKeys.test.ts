@@ -227,6 +227,24 @@ layer(TestNodeLive(), { excludeTestServices: true })("management API: publishabl
         expect((yield* manage(tenant.api_key, "GET", keysOf(channel.id))).body).toEqual(before.body)
       }))
 
+    sqlIt("an unknown channel or key is 404 whatever the body, and nothing is stored", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const channel = yield* createChannel(tenant.api_key)
+        const before = yield* storedCounts(tenant.id)
+        const invalid = { publishable_key: { name: "", allowed_origins: ["*"], status: "revoked" } }
+        const attempts = [
+          ["POST", keysOf(crypto.randomUUID())],
+          ["PATCH", `${keysOf(channel.id)}/${crypto.randomUUID()}`],
+          ["PATCH", `${keysOf(crypto.randomUUID())}/${crypto.randomUUID()}`]
+        ] as const
+        for (const [method, path] of attempts) {
+          const reply = yield* manage(tenant.api_key, method, path, invalid)
+          expect(statusAndCode(reply), `${method} ${path}`).toEqual({ status: 404, code: "not_found" })
+        }
+        expect(yield* storedCounts(tenant.id)).toEqual(before)
+      }))
+
     it.effect("wrong JSON types are 400 and malformed ids are 400", () =>
       Effect.gen(function*() {
         const tenant = yield* createTenant()

@@ -134,15 +134,16 @@ export class PublishableKeys extends Effect.Service<PublishableKeys>()("parley/P
      */
     const create = (tenantId: string, channelId: string, input: NewPublishableKeyInput, actor: Actor) =>
       Effect.gen(function*() {
-        const problems = new Problems()
-        const patch: KeyPatch = {}
-        checkName(input.name, problems, patch)
-        checkOrigins(input.allowed_origins ?? [], problems, patch)
-        yield* problems.check()
         const { hash, key, prefix } = freshKey()
         return yield* Effect.gen(function*() {
           yield* parents.lockTenant(tenantId, actor)
           yield* requireChannel(tenantId, channelId)
+          // After the channel check, so that an unknown channel is 404 whatever the body; pure.
+          const problems = new Problems()
+          const patch: KeyPatch = {}
+          checkName(input.name, problems, patch)
+          checkOrigins(input.allowed_origins ?? [], problems, patch)
+          yield* problems.check()
           const created = yield* insertKey({
             id: crypto.randomUUID(),
             tenant_id: tenantId,
@@ -167,9 +168,15 @@ export class PublishableKeys extends Effect.Service<PublishableKeys>()("parley/P
     const list = (tenantId: string, channelId: string) =>
       parents.readChannel(tenantId, channelId).pipe(Effect.zipRight(listKeys({ tenantId, channelId })), orUnavailable)
 
-    /** Changes `name`, `allowed_origins` (replaced as a whole) or `status`; only sent fields. */
+    /**
+     * Changes `name`, `allowed_origins` (replaced as a whole) or `status`; only sent fields. An unknown
+     * key is 404 whatever the body, as on the other resources; an invalid body is 422.
+     */
     const update = (tenantId: string, channelId: string, id: string, input: PublishableKeyInput, actor: Actor) =>
       Effect.gen(function*() {
+        const current = yield* lockKey({ tenantId, channelId, id })
+        if (Option.isNone(current)) return yield* keyNotFound(id)
+        // Pure, so it may run under the row lock.
         const problems = new Problems()
         const patch: KeyPatch = {}
         if (input.name !== undefined) checkName(input.name, problems, patch)
@@ -179,17 +186,13 @@ export class PublishableKeys extends Effect.Service<PublishableKeys>()("parley/P
           else problems.add("status", "must be active or disabled")
         }
         yield* problems.check()
-        return yield* Effect.gen(function*() {
-          const current = yield* lockKey({ tenantId, channelId, id })
-          if (Option.isNone(current)) return yield* keyNotFound(id)
-          // Only what differs is written: repeating a change leaves the key (and its updated_at) as it is.
-          const changed: KeyPatch = Object.fromEntries(
-            Object.entries(patch).filter(([field, value]) => !sameJson(current.value[field as keyof KeyPatch], value))
-          )
-          if (Object.keys(changed).length === 0) return current.value
-          return yield* change(tenantId, channelId, id, { ...changed }, "publishable_key.updated", changed, actor)
-        }).pipe(inTransaction(sql))
-      }).pipe(orUnavailable)
+        // Only what differs is written: repeating a change leaves the key (and its updated_at) as it is.
+        const changed: KeyPatch = Object.fromEntries(
+          Object.entries(patch).filter(([field, value]) => !sameJson(current.value[field as keyof KeyPatch], value))
+        )
+        if (Object.keys(changed).length === 0) return current.value
+        return yield* change(tenantId, channelId, id, { ...changed }, "publishable_key.updated", changed, actor)
+      }).pipe(inTransaction(sql), orUnavailable)
 
     /** A new key value, returned once; the old value stops working when this commits. */
     const rotate = (tenantId: string, channelId: string, id: string, actor: Actor) =>

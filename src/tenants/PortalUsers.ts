@@ -168,25 +168,25 @@ export class PortalUsers extends Effect.Service<PortalUsers>()("parley/PortalUse
     const get = (tenantId: string, id: string) => load(tenantId, id, false).pipe(orUnavailable)
 
     /**
-     * Sets the sent fields (PUT and PATCH alike; a change has no `password`) after the `If-Match` check.
+     * Sets the sent fields (PUT and PATCH alike; a change has no `password`). An unknown user is 404, then
+     * a stale `If-Match` 412, then an invalid body 422: preconditions come before the content (RFC 9110).
      * Turning a user `inactive` ends its sessions in the same transaction.
      */
     const update = (tenantId: string, id: string, input: UserChange, ifMatch: Option.Option<string>, actor: Actor) =>
       Effect.gen(function*() {
+        const current = yield* load(tenantId, id, true)
+        yield* checkIfMatch(ifMatch, etagOf(current))
+        // Pure, so it may run under the row lock.
         const problems = new Problems()
         const patch = validate(input, false, problems)
         yield* problems.check()
-        return yield* Effect.gen(function*() {
-          const current = yield* load(tenantId, id, true)
-          yield* checkIfMatch(ifMatch, etagOf(current))
-          const changes = changedFields(current, patch)
-          if (Object.keys(changes).length === 0) return current
-          yield* sql`UPDATE portal_users SET ${sql.update(changes)}, updated_at = now() WHERE id = ${id}`
-          if (changes.status === "inactive") yield* sql`DELETE FROM portal_sessions WHERE user_id = ${id}`
-          yield* audit.record(actor, { tenantId, action: "user.updated", resourceType: "user", resourceId: id, changes })
-          return yield* load(tenantId, id, false)
-        }).pipe(inTransaction(sql), Effect.catchTag("SqlError", emailTaken))
-      }).pipe(orUnavailable)
+        const changes = changedFields(current, patch)
+        if (Object.keys(changes).length === 0) return current
+        yield* sql`UPDATE portal_users SET ${sql.update(changes)}, updated_at = now() WHERE id = ${id}`
+        if (changes.status === "inactive") yield* sql`DELETE FROM portal_sessions WHERE user_id = ${id}`
+        yield* audit.record(actor, { tenantId, action: "user.updated", resourceType: "user", resourceId: id, changes })
+        return yield* load(tenantId, id, false)
+      }).pipe(inTransaction(sql), Effect.catchTag("SqlError", emailTaken), orUnavailable)
 
     /** Deletes the user after the `If-Match` check; its sessions go with it (foreign key cascade). */
     const remove = (tenantId: string, id: string, ifMatch: Option.Option<string>, actor: Actor) =>

@@ -5,7 +5,7 @@ import { AppConfig } from "../config/AppConfig.js"
 import { AuditLog } from "../db/AuditLog.js"
 import { orUnavailable } from "../db/SqlFailure.js"
 import { inTransaction } from "../db/Transaction.js"
-import { NotFound } from "../domain/ApiError.js"
+import { NotFound, type ValidationFailed } from "../domain/ApiError.js"
 import { Problems } from "../domain/Problems.js"
 import { DEFAULT_RETENTION_DAYS, type SettingsInput, Tenant, TenantStatus, TenantTier, type TenantInput } from "../domain/Tenant.js"
 import { checkIfMatch, etagOf } from "../domain/Version.js"
@@ -104,32 +104,52 @@ export class Tenants extends Effect.Service<Tenants>()("parley/Tenants", {
     const get = (id: string) => load(id, false).pipe(orUnavailable)
 
     /**
-     * Applies an already validated patch under the row lock, after the `If-Match` check. Idempotent: a
-     * change already in place writes nothing (no audit row), keeping `updated_at` and the ETag.
+     * Applies a change: an unknown tenant is 404, then a stale `If-Match` 412, then an invalid body 422
+     * (preconditions come before the content, RFC 9110). Validation may resolve a webhook host, so it
+     * runs before the row lock; the patch does not depend on the row, so under the lock `If-Match` is
+     * checked again against the version being changed. Idempotent: a change already in place writes
+     * nothing (no audit row), keeping `updated_at` and the ETag.
      */
-    const applyPatch = (id: string, patch: TenantPatch, ifMatch: Option.Option<string>, actor: Actor, action: string) =>
+    const applyChange = <R>(
+      id: string,
+      validated: Effect.Effect<TenantPatch, ValidationFailed, R>,
+      ifMatch: Option.Option<string>,
+      actor: Actor,
+      action: string
+    ) =>
       Effect.gen(function*() {
-        const current = yield* load(id, true)
-        yield* checkIfMatch(ifMatch, etagOf(current))
-        const changes = changedFields(current, patch)
-        if (Object.keys(changes).length === 0) return current
-        yield* sql`UPDATE tenants SET ${sql.update(changes as Record<string, unknown>)}, updated_at = now() WHERE id = ${id}`
-        yield* audit.record(actor, { tenantId: id, action, resourceType: "tenant", resourceId: id, changes })
-        return yield* load(id, false)
-      }).pipe(inTransaction(sql), orUnavailable)
+        const before = yield* load(id, false)
+        yield* checkIfMatch(ifMatch, etagOf(before))
+        const patch = yield* validated
+        return yield* Effect.gen(function*() {
+          const current = yield* load(id, true)
+          yield* checkIfMatch(ifMatch, etagOf(current))
+          const changes = changedFields(current, patch)
+          if (Object.keys(changes).length === 0) return current
+          yield* sql`UPDATE tenants SET ${sql.update(changes as Record<string, unknown>)}, updated_at = now() WHERE id = ${id}`
+          yield* audit.record(actor, { tenantId: id, action, resourceType: "tenant", resourceId: id, changes })
+          return yield* load(id, false)
+        }).pipe(inTransaction(sql))
+      }).pipe(orUnavailable)
 
     /** Admin update of any field; `status=inactive` blocks every key of the tenant at once. */
     const update = (id: string, input: TenantInput, ifMatch: Option.Option<string>, actor: Actor) =>
-      validate(input, false).pipe(Effect.flatMap((patch) => applyPatch(id, patch, ifMatch, actor, "tenant.updated")))
+      applyChange(id, validate(input, false), ifMatch, actor, "tenant.updated")
 
     /** The tenant's own settings change; invalid `limits` reject the whole request. */
     const updateSettings = (id: string, input: SettingsInput, ifMatch: Option.Option<string>, actor: Actor) =>
-      Effect.gen(function*() {
-        const problems = new Problems()
-        const patch = yield* validateSettings(input, problems)
-        yield* problems.check()
-        return yield* applyPatch(id, patch, ifMatch, actor, "settings.updated")
-      })
+      applyChange(
+        id,
+        Effect.gen(function*() {
+          const problems = new Problems()
+          const patch = yield* validateSettings(input, problems)
+          yield* problems.check()
+          return patch
+        }),
+        ifMatch,
+        actor,
+        "settings.updated"
+      )
 
     /** Removes the tenant and what it owns (foreign keys cascade); activities are purged later (ConversationPurge). */
     const remove = (id: string, ifMatch: Option.Option<string>, actor: Actor) =>
