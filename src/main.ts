@@ -1,5 +1,5 @@
 import { NodeRuntime } from "@effect/platform-node"
-import { ConfigError, Console, Effect, Layer } from "effect"
+import { Cause, ConfigError, Console, Effect, Layer, Runtime } from "effect"
 import { AppConfig } from "./config/AppConfig.js"
 import { LoggingLive, NodeLive } from "./NodeLive.js"
 
@@ -34,8 +34,23 @@ const armDrainDeadline = Effect.gen(function*() {
   process.on("SIGINT", arm)
 })
 
+/**
+ * An exception nothing caught (thrown in a library's callback, or a rejected promise nobody
+ * handled, which Node raises as one) ends the process as Node would, exit 1, but logged first in the
+ * node's own format. The process's state is unknown then, so it does not drain: the cluster fails
+ * its conversations over.
+ */
+const exitOnUncaughtException = Effect.gen(function*() {
+  const runSync = Runtime.runSync(yield* Effect.runtime<never>())
+  process.on("uncaughtException", (error) => {
+    runSync(Effect.logFatal("uncaught exception, the process exits", Cause.die(error)))
+    process.exit(1)
+  })
+}).pipe(Effect.provide(LoggingLive))
+
 const program = Effect.gen(function*() {
   yield* armDrainDeadline
+  yield* exitOnUncaughtException
   return yield* Layer.launch(NodeLive.pipe(Layer.provide(LoggingLive)))
 }).pipe(
   // No trace exporter is configured, so spans (the HTTP server's, the cluster's) would only cost

@@ -1,8 +1,9 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Duration, Effect } from "effect"
-import { mkdtempSync, rmSync } from "node:fs"
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { fileURLToPath } from "node:url"
 import { holdOpenRequest } from "./support/RawHttp.js"
 import { type Child, programLines, readiness, spawnInRepo, waitUntilReady } from "./support/Spawn.js"
 import { serverUrl, TestDatabase, TestDatabaseLive } from "./support/TestDatabase.js"
@@ -118,6 +119,24 @@ describe("the node as a process", () => {
         expect(interrupted.seen).toContain("503 draining (connection: close)")
       }).pipe(Effect.scoped),
     120_000
+  )
+
+  it.live(
+    "an exception nothing catches is logged as one fatal line in the node's format, and the process exits 1",
+    () =>
+      Effect.gen(function*() {
+        const dataDir = yield* TempDir
+        const trigger = join(dataDir, "throw-now")
+        const preload = fileURLToPath(new URL("./support/ThrowWhenFileExists.mjs", import.meta.url))
+        const node = yield* startNode({ DATA_DIR: dataDir, NODE_OPTIONS: `--import=${preload}`, PARLEY_TEST_THROW_WHEN: trigger })
+        writeFileSync(trigger, "")
+        expect(yield* node.child.exited.pipe(Effect.timeout("30 seconds"))).toBe(1)
+        const fatal = node.child.stdout().split("\n").filter((line) => line.includes("\"FATAL\""))
+        expect(fatal).toHaveLength(1)
+        expect(JSON.parse(fatal[0]!)).toMatchObject({ message: "uncaught exception, the process exits" })
+        expect(fatal[0]).toContain("thrown in a callback nothing catches")
+      }).pipe(Effect.scoped),
+    60_000
   )
 
   // PGlite takes no lock of its own: a second node on the same directory served its own writes,
