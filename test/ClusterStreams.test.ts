@@ -72,6 +72,6 @@ describe.skipIf(serverUrl === undefined)("listener streams across nodes", () => 
         expect(reply.status).toBe(201)
         // Within a lifetime (2.2 s at most) and the second after it, with room for a slow host.
         yield* eventually(Effect.sync(cores.streams), (open) => open === 0, "30 seconds")
-      }), { timeout: 120_000 })
+      }), { timeout: 180_000 })
   })
 })
