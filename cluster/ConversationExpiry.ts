@@ -11,12 +11,15 @@ const CALL_TIMEOUT = Duration.seconds(10)
 /**
  * One check: closes, through each conversation's entity, the conversations idle for
  * `idleCloseSeconds`, `page` at a time. The entity appends the `expired` event and keeps seq right,
- * and skips a conversation that became active again after the cutoff.
+ * and skips a conversation that became active again after the cutoff. Each close activates the
+ * conversation's entity and core, which stay in memory for minutes, so at most `closesPerSecond`
+ * start a second: that bounds what a check holds however many conversations it closes.
  */
-export const closeIdleConversations = (idleCloseSeconds: number, page = PAGE) =>
+export const closeIdleConversations = (idleCloseSeconds: number, closesPerSecond: number, page = PAGE) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const entity = yield* ConversationEntity.client
+    const spacing = Duration.millis(1000 / closesPerSecond)
     /** Closes one page's conversations and logs how many it closed. */
     const closePage = (idle: ReadonlyArray<{ readonly id: string; readonly tenant_id: string }>, cutoff: string) =>
       Effect.suspend(() => {
@@ -35,7 +38,8 @@ export const closeIdleConversations = (idleCloseSeconds: number, page = PAGE) =>
             Effect.exit,
             Effect.map((result) => {
               if (Exit.isSuccess(result) && result.value.changed) closed++
-            })
+            }),
+            Effect.zipLeft(Effect.sleep(spacing), { concurrent: true })
           ), { discard: true }).pipe(
             // However the page ends: a sweep cut short (its node stopping, the singleton moving)
             // still says what it did.
@@ -72,7 +76,7 @@ export const ConversationExpiryLive = Layer.unwrapEffect(
   Effect.map(AppConfig, (config) =>
     Singleton.make(
       "conversation-expiry",
-      closeIdleConversations(config.conversationIdleCloseSeconds).pipe(
+      closeIdleConversations(config.conversationIdleCloseSeconds, config.conversationExpiryClosesPerSecond).pipe(
         Effect.catchAllCause((cause) => Effect.logWarning("conversation expiry check failed", cause)),
         Effect.repeat(Schedule.spaced(Duration.seconds(config.conversationExpiryCheckSeconds)))
       )

@@ -56,7 +56,7 @@ layer(TestNodeLive({ CONVERSATION_EXPIRY_CHECK_SECONDS: "3600" }), { excludeTest
         entityId === cut.conversationId
           ? () => Effect.failCause(Cause.interrupt(FiberId.make(1_000_000, 0)))
           : real.SetStatus)
-      yield* Effect.exit(closeIdleConversations(60).pipe(Effect.provide(CutInterrupted)))
+      yield* Effect.exit(closeIdleConversations(60, 1000).pipe(Effect.provide(CutInterrupted)))
       const statuses = yield* query<{ id: string; status: string }>(
         "SELECT id, status FROM conversations WHERE id = ANY($1::uuid[])",
         [[cut.conversationId, next.conversationId]]
@@ -78,7 +78,7 @@ layer(TestNodeLive({ CONVERSATION_EXPIRY_CHECK_SECONDS: "3600" }), { excludeTest
       const failingIds = new Set<string>(failing.map((f) => f.conversationId))
       const FailingCloses = overrideConversationCall("SetStatus", (real, entityId) =>
         failingIds.has(entityId) ? () => Effect.fail(new Error("owner unreachable")) : real.SetStatus)
-      yield* closeIdleConversations(60, 2).pipe(Effect.provide(FailingCloses))
+      yield* closeIdleConversations(60, 1000, 2).pipe(Effect.provide(FailingCloses))
       const statuses = yield* query<{ id: string; status: string }>(
         "SELECT id, status FROM conversations WHERE id = ANY($1::uuid[])",
         [[...failingIds, later.conversationId]]
@@ -86,5 +86,18 @@ layer(TestNodeLive({ CONVERSATION_EXPIRY_CHECK_SECONDS: "3600" }), { excludeTest
       expect(new Map(statuses.map((row) => [row.id, row.status]))).toEqual(
         new Map([...[...failingIds].map((id) => [id, "active"] as const), [later.conversationId, "closed"]])
       )
+    }))
+
+  it.effect("a check starts at most closesPerSecond closes a second", () =>
+    Effect.gen(function*() {
+      const idle = yield* Effect.forEach(Array.from({ length: 6 }), () => tenantWithConversation)
+      const ids = idle.map((c) => c.conversationId)
+      yield* query("UPDATE conversations SET updated_at = now() - interval '2 hours' WHERE id = ANY($1::uuid[])", [ids])
+      const started = Date.now()
+      yield* closeIdleConversations(60, 10)
+      // Six closes at most ten a second: the sixth starts 500 ms after the first, at the earliest.
+      expect(Date.now() - started).toBeGreaterThanOrEqual(500)
+      const statuses = yield* query<{ status: string }>("SELECT status FROM conversations WHERE id = ANY($1::uuid[])", [ids])
+      expect(statuses.map((row) => row.status)).toEqual(ids.map(() => "closed"))
     }))
 })

@@ -209,6 +209,7 @@ export class AppConfig extends Effect.Service<AppConfig>()("parley/AppConfig", {
     apiKeyRotationGraceSeconds: lifetimeSeconds("API_KEY_ROTATION_GRACE_SECONDS", 86400, 0),
     conversationIdleCloseSeconds: lifetimeSeconds("CONVERSATION_IDLE_CLOSE_SECONDS", 86400),
     conversationExpiryCheckSeconds: intervalSeconds("CONVERSATION_EXPIRY_CHECK_SECONDS", 3600),
+    conversationExpiryClosesPerSecond: count("CONVERSATION_EXPIRY_CLOSES_PER_SECOND", 25, 1000),
     purgeIntervalSeconds: intervalSeconds("PURGE_INTERVAL_SECONDS", 10),
     // server-apis.md "Limits": 365 days by default, 0 keeps the audit log forever.
     auditRetentionDays: withDefault("AUDIT_RETENTION_DAYS", 365, integerIn(0, MAX_LIFETIME_SECONDS / 86_400, " (days; 0 keeps forever)")),
