@@ -5,6 +5,7 @@ import { exceedsCharacters } from "../domain/Characters.js"
 import { Problems } from "../domain/Problems.js"
 import { findUnstorable } from "../domain/Unstorable.js"
 import { checkPayload, MESSAGE_TYPE_NAME, textOf } from "../domain/TypedMessage.js"
+import { isUuid } from "../domain/Uuid.js"
 
 /** Byte limits of the documents ("Limits"). */
 export const Limits = {
@@ -25,7 +26,6 @@ export const DELETED_TARGET = "the message is deleted: it cannot be edited or re
 
 /** Whether an activity is refused once the message its `reply_to_id` names is deleted: an edit or a reaction. */
 export const refusedOnDeletedTarget = (type: string) => type === "messageUpdate" || type === "messageReaction"
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 const isType = Schema.is(ActivityType)
 const bytes = (text: string) => Buffer.byteLength(text, "utf8")
@@ -139,7 +139,7 @@ export const checkActivity = (input: ActivityInput): Effect.Effect<CheckedActivi
 
     let replyToId: string | null = null
     if (input.reply_to_id !== undefined && input.reply_to_id !== null) {
-      if (typeof input.reply_to_id !== "string" || !UUID.test(input.reply_to_id)) problems.add("reply_to_id", "must be a UUID")
+      if (typeof input.reply_to_id !== "string" || !isUuid(input.reply_to_id)) problems.add("reply_to_id", "must be a UUID")
       else replyToId = input.reply_to_id.toLowerCase()
     } else if (typeof type === "string" && NEEDS_TARGET.has(type)) {
       problems.add("reply_to_id", `is required for ${type}`)

@@ -1,5 +1,6 @@
 import { Data, Either } from "effect"
 import { decodeExactBase64Url } from "./Base64.js"
+import { isUuid } from "./Uuid.js"
 
 /** A decoded watermark: a seq, or (legacy form) the id of the last activity seen. */
 export type Position = Data.TaggedEnum<{
@@ -7,8 +8,6 @@ export type Position = Data.TaggedEnum<{
   ActivityId: { readonly id: string }
 }>
 export const Position = Data.taggedEnum<Position>()
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 /** The text of a Base64 watermark, URL-safe or standard, padded or not, of a whole number of bytes. */
 const decodeBase64Url = (text: string): string | undefined => {
@@ -41,7 +40,7 @@ export const decodeWatermark = (input: unknown): Either.Either<Position, string>
     const seq = decoded.startsWith("seq:") ? seqOf(decoded.slice(4)) : undefined
     if (seq !== undefined) return Either.right(Position.Seq({ seq }))
     const legacy = /^(?:activity:)?([0-9a-fA-F-]{36})$/.exec(decoded)
-    if (legacy !== null && UUID.test(legacy[1]!)) return Either.right(Position.ActivityId({ id: legacy[1]!.toLowerCase() }))
+    if (legacy !== null && isUuid(legacy[1]!)) return Either.right(Position.ActivityId({ id: legacy[1]!.toLowerCase() }))
   }
   return Either.left("malformed watermark")
 }

@@ -2,6 +2,7 @@ import { Effect, Option } from "effect"
 import { BadRequest } from "../domain/ApiError.js"
 import { decodeExactBase64Url } from "../domain/Base64.js"
 import { parseInstant } from "../domain/Instant.js"
+import { isUuid } from "../domain/Uuid.js"
 
 /**
  * Reads a `limit` query parameter: default when absent, capped at `max` however many digits it has,
@@ -17,7 +18,6 @@ export const parseLimit = (raw: string | undefined, fallback: number, max: numbe
 /** An opaque keyset cursor of (timestamp, id). */
 export const encodeCursor = (at: string, id: string) => Buffer.from(JSON.stringify([at, id])).toString("base64url")
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?Z$/
 
 /** A UTC instant in the cursor's form (`Z`, 1–6 fraction digits) that exists (no 30 February, no hour 25, no year 0). */
@@ -31,7 +31,7 @@ export const decodeCursor = (raw: string) =>
   }).pipe(
     Effect.flatMap((value) =>
       Array.isArray(value) && value.length === 2 && typeof value[0] === "string" && isInstant(value[0]) &&
-        typeof value[1] === "string" && UUID.test(value[1])
+        typeof value[1] === "string" && isUuid(value[1])
         ? Effect.succeed([value[0], value[1]] as const)
         : Effect.fail(new BadRequest({ message: "invalid cursor" }))
     )
@@ -39,4 +39,4 @@ export const decodeCursor = (raw: string) =>
 
 /** 400 unless the value is a UUID. */
 export const parseUuid = (raw: string, name: string) =>
-  UUID.test(raw) ? Effect.succeed(raw.toLowerCase()) : Effect.fail(new BadRequest({ message: `${name} must be a UUID` }))
+  isUuid(raw) ? Effect.succeed(raw.toLowerCase()) : Effect.fail(new BadRequest({ message: `${name} must be a UUID` }))
