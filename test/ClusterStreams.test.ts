@@ -1,7 +1,8 @@
 import { describe, expect, layer } from "@effect/vitest"
-import { Duration, Effect, Schedule } from "effect"
+import { Effect } from "effect"
 import { ConversationCores } from "../cluster/ConversationCores.js"
 import { insertChannel, insertConversation, tenantApi } from "./support/Fixtures.js"
+import { eventually } from "./support/Eventually.js"
 import { spawnNode } from "./support/NodeProcess.js"
 import { ownerPort } from "./support/ShardOwner.js"
 import { serverUrl, TestDatabase } from "./support/TestDatabase.js"
@@ -14,21 +15,6 @@ const clusterEnv = {
   // one still open a second later.
   CLUSTER_STREAM_LIFETIME_MS: "2000"
 }
-
-/** Polls `check` until it holds, and returns that value; dies with its last value after `within`. */
-const eventually = <A, R>(check: Effect.Effect<A, never, R>, holds: (value: A) => boolean, within: Duration.DurationInput) =>
-  Effect.suspend(() => {
-    let last: A | undefined
-    return check.pipe(
-      Effect.tap((value) => {
-        last = value
-      }),
-      Effect.filterOrFail(holds),
-      Effect.retry(Schedule.spaced("100 millis")),
-      Effect.timeoutFail({ duration: within, onTimeout: () => "timed out" }),
-      Effect.catchAll(() => Effect.dieMessage(`still not so after ${Duration.format(within)}: ${JSON.stringify(last)}`))
-    )
-  })
 
 describe.skipIf(serverUrl === undefined)("listener streams across nodes", () => {
   layer(TestNodeLive(clusterEnv), { excludeTestServices: true })("an owner and a listening node", (it) => {
@@ -43,7 +29,7 @@ describe.skipIf(serverUrl === undefined)("listener streams across nodes", () => 
         const seen = (id: string, seq: number) => listener.output().includes(`seen ${id} ${seq}\n`)
         // One activity each, through this node, reaches the listening node: its streams are live.
         yield* Effect.forEach(ids, (id) => tenantApi(tenant.api_key, "POST", `/conversations/${id}/activities`, { text: "one" }))
-        yield* eventually(Effect.sync(() => ids.filter((id) => !seen(id, 1))), (missing) => missing.length === 0, "20 seconds")
+        yield* eventually(Effect.sync(() => ids.filter((id) => !seen(id, 1))), (missing) => missing.length === 0, { within: "20 seconds" })
         // The conversations this node owns, each followed from the listening node (and none of
         // ours from here: this process's hub has no listeners). Shards move to the new node for a
         // while after it starts: looked up until every shard is held and the counts agree.
@@ -57,12 +43,12 @@ describe.skipIf(serverUrl === undefined)("listener streams across nodes", () => 
             }
           }),
           ({ open, ours, settled }) => settled && ours.length > 0 && open === ours.length,
-          "60 seconds"
+          { within: "60 seconds" }
         )
         // Streams have ended and been followed again meanwhile: a second activity each still arrives.
         yield* Effect.sleep("2500 millis")
         yield* Effect.forEach(ids, (id) => tenantApi(tenant.api_key, "POST", `/conversations/${id}/activities`, { text: "two" }))
-        yield* eventually(Effect.sync(() => ids.filter((id) => !seen(id, 2))), (missing) => missing.length === 0, "20 seconds")
+        yield* eventually(Effect.sync(() => ids.filter((id) => !seen(id, 2))), (missing) => missing.length === 0, { within: "20 seconds" })
 
         listener.child.kill("SIGKILL")
         yield* Effect.promise(() => listener.exited)
@@ -71,7 +57,7 @@ describe.skipIf(serverUrl === undefined)("listener streams across nodes", () => 
         const reply = yield* tenantApi(tenant.api_key, "POST", `/conversations/${ours[0]}/activities`, { text: "three" })
         expect(reply.status).toBe(201)
         // Within a lifetime (2.2 s at most) and the second after it, with room for a slow host.
-        yield* eventually(Effect.sync(cores.streams), (open) => open === 0, "30 seconds")
+        yield* eventually(Effect.sync(cores.streams), (open) => open === 0, { within: "30 seconds" })
       }), { timeout: 180_000 })
   })
 })

@@ -1,5 +1,5 @@
 import { expect, layer } from "@effect/vitest"
-import { Chunk, Context, Deferred, Effect, Fiber, Layer, Logger, LogLevel, Schedule, Stream } from "effect"
+import { Chunk, Context, Deferred, Effect, Fiber, Layer, Logger, LogLevel, Stream } from "effect"
 import type { Activity } from "../src/domain/Activity.js"
 import { LIVE_BUFFER } from "../src/conversations/SeqFollower.js"
 import { ConversationHub } from "../src/realtime/ConversationHub.js"
@@ -7,6 +7,7 @@ import { tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { query } from "./support/TestDatabase.js"
 import { admin, TestNodeLive } from "./support/TestNode.js"
 import { overrideConversationCall } from "./support/EntityCallOverride.js"
+import { eventually } from "./support/Eventually.js"
 
 /** One Subscribe call to a conversation entity: where it started and the seqs it delivered. */
 interface Upstream {
@@ -36,13 +37,8 @@ const hubWithFirstSubscribe = (upstreams: Array<Upstream>, first: (again: () => 
     (context) => Context.get(context, ConversationHub)
   )
 
-/** Waits until `done` holds, looking every 100 ms for up to 30 s; then fails naming `what`. */
-const eventually = (what: string, done: () => boolean) =>
-  Effect.sync(done).pipe(
-    Effect.filterOrFail((ok) => ok, () => `still waiting for ${what}`),
-    Effect.retry(Schedule.spaced("100 millis").pipe(Schedule.upTo("30 seconds"))),
-    Effect.orDie
-  )
+/** Waits until `done` holds, looking every 100 ms for up to 30 s; then dies naming `what`. */
+const until = (what: string, done: () => boolean) => eventually(Effect.sync(done), (ok) => ok, { what: `still waiting for ${what}` })
 
 layer(TestNodeLive(), { excludeTestServices: true })("node-local hub", (it) => {
   it.effect("a listener gets stored history from its watermark, then live activities in order", () =>
@@ -128,13 +124,13 @@ layer(TestNodeLive(), { excludeTestServices: true })("node-local hub", (it) => {
       const { conversationId, key } = yield* tenantWithConversation
       const path = `/conversations/${conversationId}/activities`
       const listener = yield* hub.subscribe(conversationId, 0).pipe(Stream.take(2), Stream.runCollect, Effect.fork)
-      yield* eventually("the first subscribe", () => upstreams.length === 1)
+      yield* until("the first subscribe", () => upstreams.length === 1)
       // Only the gap check can bring this one; the check after it finds it still unannounced.
       yield* tenantApi(key, "POST", path, { text: "m1" })
-      yield* eventually("the silent upstream to be restarted", () => upstreams.length >= 2)
+      yield* until("the silent upstream to be restarted", () => upstreams.length >= 2)
       expect(upstreams[1]!.fromSeq).toBe(1)
       yield* tenantApi(key, "POST", path, { text: "m2" })
-      yield* eventually("m2 through the new upstream", () => upstreams[1]!.delivered.includes(2))
+      yield* until("m2 through the new upstream", () => upstreams[1]!.delivered.includes(2))
       const seen = Chunk.toReadonlyArray(yield* Fiber.join(listener).pipe(Effect.timeout("30 seconds")))
       expect(seen.map((a) => [a.seq, a.text])).toEqual([[1, "m1"], [2, "m2"]])
       // A healthy upstream is left alone: two more checks restart nothing.
@@ -159,10 +155,10 @@ layer(TestNodeLive(), { excludeTestServices: true })("node-local hub", (it) => {
         Effect.fork,
         Effect.provide(Layer.merge(Logger.add(collector), Logger.minimumLogLevel(LogLevel.Info)))
       )
-      yield* eventually("the first subscribe", () => upstreams.length === 1)
+      yield* until("the first subscribe", () => upstreams.length === 1)
       yield* tenantApi(key, "POST", path, { text: "m1" })
       yield* tenantApi(key, "POST", path, { text: "m2" })
-      yield* eventually("a subscribe from what the topic published", () => upstreams.length >= 2)
+      yield* until("a subscribe from what the topic published", () => upstreams.length >= 2)
       expect(upstreams.map((upstream) => upstream.fromSeq)).toEqual([0, 2])
       expect(logged.filter((line) => line.includes("re-sent from its start"))).toHaveLength(1)
       // The replay went no further than its first activity.
@@ -182,7 +178,7 @@ layer(TestNodeLive({ CLUSTER_STREAM_LIFETIME_MS: "1000" }), { excludeTestService
       const { conversationId, key } = yield* tenantWithConversation
       const total = 60
       const listener = yield* hub.subscribe(conversationId, 0).pipe(Stream.take(total), Stream.runCollect, Effect.fork)
-      yield* eventually("the first subscribe", () => upstreams.length === 1)
+      yield* until("the first subscribe", () => upstreams.length === 1)
       // About four seconds of posts: the owner ends the stream three times or more meanwhile.
       for (let i = 1; i <= total; i++) {
         yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, { text: `m${i}` })

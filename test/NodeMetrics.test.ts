@@ -1,6 +1,7 @@
 import { expect, layer } from "@effect/vitest"
-import { Effect, Schedule, Stream } from "effect"
+import { Effect, Stream } from "effect"
 import { ConversationHub } from "../src/realtime/ConversationHub.js"
+import { eventually } from "./support/Eventually.js"
 import { tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { request, TestNodeLive } from "./support/TestNode.js"
 
@@ -11,10 +12,10 @@ layer(TestNodeLive(), { excludeTestServices: true })("node metrics", (it) => {
       yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, { text: "counted" })
       // A listener: this node's hub follows the conversation through one stream from its core.
       yield* Effect.forkScoped(Stream.runDrain((yield* ConversationHub).subscribe(conversationId, 0)))
-      const text = yield* request("GET", "/metrics").pipe(
-        Effect.map((reply) => reply.body as string),
-        Effect.filterOrFail((body) => /^parley_conversation_streams 1$/m.test(body)),
-        Effect.retry(Schedule.spaced("100 millis").pipe(Schedule.upTo("10 seconds")))
+      const text = yield* eventually(
+        Effect.map(request("GET", "/metrics"), (reply) => reply.body as string),
+        (body) => /^parley_conversation_streams 1$/m.test(body),
+        { within: "10 seconds" }
       )
       expect(text).toMatch(/^parley_activities_stored_total [1-9]/m)
       expect(text).toMatch(/^parley_cluster_shards_owned 300$/m)

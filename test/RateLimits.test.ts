@@ -7,19 +7,12 @@ import { pruneCounters, RateLimiter } from "../src/ratelimit/RateLimiter.js"
 import { query, serverUrl, TestDatabase } from "./support/TestDatabase.js"
 import { tcpProxy } from "./support/TcpProxy.js"
 import { expectError } from "./support/Envelope.js"
+import { eventually } from "./support/Eventually.js"
 import { storedState, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { admin, createTenant, request, TestNodeLive } from "./support/TestNode.js"
 
 /** Reads again until `done` holds (counts sync every 100 ms, a sync may take up to 1 s), at most 5 s. */
-const eventually = <A, E, R>(read: Effect.Effect<A, E, R>, done: (value: A) => boolean) =>
-  Effect.gen(function*() {
-    const giveUpAt = Date.now() + 5_000
-    while (true) {
-      const value = yield* read
-      if (done(value) || Date.now() > giveUpAt) return value
-      yield* Effect.sleep("100 millis")
-    }
-  })
+const settled = <A, E, R>(read: Effect.Effect<A, E, R>, done: (value: A) => boolean) => eventually(read, done, { within: "5 seconds" })
 
 // login_account gets a day-long window: the sync test must not see its window roll over.
 const RATE_LIMITS = {
@@ -126,7 +119,7 @@ layer(TestNodeLive({ RATE_LIMITS: JSON.stringify(RATE_LIMITS) }), {
       const key = crypto.randomUUID()
       for (let i = 0; i < 10; i++) yield* limiter.consume("publishable_token_ip", key, null)
       expect((yield* Effect.flip(limiter.consume("publishable_token_ip", key, null)))._tag).toBe("RateLimited")
-      const rows = yield* eventually(
+      const rows = yield* settled(
         query<{ count: string }>("SELECT count FROM rate_limit_counters WHERE bucket = 'publishable_token_ip' AND key = $1", [key]),
         (found) => found.length > 0 && Number(found[0]!.count) === 10
       )
@@ -142,7 +135,7 @@ layer(TestNodeLive({ RATE_LIMITS: JSON.stringify(RATE_LIMITS) }), {
         "SELECT xmin::text AS xmin, count FROM rate_limit_counters WHERE bucket = 'login_account' AND key = $1",
         [key]
       )
-      const before = yield* eventually(version, (rows) => rows.length > 0)
+      const before = yield* settled(version, (rows) => rows.length > 0)
       expect(before.map((r) => Number(r.count))).toEqual([1])
       // Several syncs (every 100 ms) later the row is the same version.
       yield* Effect.sleep("500 millis")
@@ -170,7 +163,7 @@ layer(TestNodeLive({ RATE_LIMITS: JSON.stringify(RATE_LIMITS) }), {
         "SELECT count FROM rate_limit_counters WHERE bucket = 'login_account' AND key = $1 ORDER BY count",
         [key]
       ).pipe(Effect.map((rows) => rows.map((r) => Number(r.count))))
-      expect(yield* eventually(counts, (found) => found.join() === "2,3")).toEqual([2, 3])
+      expect(yield* settled(counts, (found) => found.join() === "2,3")).toEqual([2, 3])
       // Both stored; each node learns the other's count at its next sync.
       yield* Effect.sleep("500 millis")
       // Several syncs later they still read 2 and 3: a repeated sync adds nothing.
@@ -291,7 +284,7 @@ layer(TestNodeLive({ RATE_LIMITS: JSON.stringify(RATE_LIMITS) }), {
       )
       const busy = crypto.randomUUID()
       for (let i = 0; i < 3; i++) yield* here.consume("login_account", busy, null)
-      const written = yield* eventually(
+      const written = yield* settled(
         query<{ count: string }>("SELECT count FROM rate_limit_counters WHERE bucket = 'login_account' AND key = $1", [busy]),
         (rows) => rows.length > 0
       )
