@@ -4,7 +4,7 @@ import { type Transformation, TransformationType } from "../domain/Channel.js"
 import type { Report } from "../domain/Problems.js"
 
 /** The longest `redact_text` pattern in UTF-8 bytes, as CONTRACT.md §8 limits regex conditions. */
-export const MAX_PATTERN_BYTES = 256
+const MAX_PATTERN_BYTES = 256
 
 /** What is wrong with a parameter's value; undefined when it is fine. */
 type Check = (value: unknown) => string | undefined
@@ -48,7 +48,7 @@ const PARAMETERS: { readonly [T in TransformationType]: Readonly<Record<string, 
  * parameters, reporting at `type` or the parameter's name. Returns the step as stored: `type` and
  * its known parameters only.
  */
-export const validateTransformation = (step: Transformation, report: Report): Transformation => {
+const validateTransformation = (step: Transformation, report: Report): Transformation => {
   if (step.type.trim() === "") {
     report("type", "must not be empty")
     return step
