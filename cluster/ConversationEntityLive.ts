@@ -23,7 +23,7 @@ export const moved = () =>
  * entity's request) ends it. Either way the conversation's core would count a listener for good.
  * The lifetime varies by ±10 % so that streams opened together do not all end together.
  */
-export const boundedLifetime = (lifetimeMs: number) => <A, E, R>(stream: Stream.Stream<A, E, R>) =>
+const boundedLifetime = (lifetimeMs: number) => <A, E, R>(stream: Stream.Stream<A, E, R>) =>
   Stream.unwrapScoped(Effect.gen(function*() {
     const lifetime = lifetimeMs * (yield* Random.nextRange(0.9, 1.1))
     const running = yield* Effect.withFiberRuntime<Fiber.RuntimeFiber<unknown, unknown>>(Effect.succeed)
