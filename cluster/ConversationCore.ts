@@ -10,8 +10,10 @@ import {
   clusterUnavailable,
   ConversationClosed,
   databaseUnavailable,
+  invalidApiKey,
   InvalidMessage,
   NotFound,
+  type Unauthorized,
   type Unavailable
 } from "../src/domain/ApiError.js"
 import { WriteOutcomeUnknown } from "./ConversationEntity.js"
@@ -19,7 +21,7 @@ import { WriteOutcomeUnknown } from "./ConversationEntity.js"
 /** This node no longer owns the conversation's shard: the caller goes through the cluster. */
 export class Moved extends Data.TaggedError("Moved")<{}> {}
 
-type AppendError = NotFound | ConversationClosed | InvalidMessage | Unavailable | WriteOutcomeUnknown | Moved
+type AppendError = NotFound | ConversationClosed | InvalidMessage | Unavailable | WriteOutcomeUnknown | Unauthorized | Moved
 type AppendDone = Reply<Activity, AppendError>
 type StatusDone = Reply<{ readonly changed: boolean }, NotFound | Unavailable | WriteOutcomeUnknown | Moved>
 
@@ -33,6 +35,7 @@ type Command =
     readonly tenantId: string
     readonly draft: ActivityDraft
     readonly deadline: number
+    readonly keyCheck?: string | null | undefined
     readonly arrivedLate: boolean
     readonly done: AppendDone
   }
@@ -57,6 +60,7 @@ const lateFailure = (command: Command) => (command.arrivedLate ? clusterUnavaila
 
 const NO_IDS: ReadonlySet<string> = new Set()
 const NO_TARGETS: ReadonlyArray<string> = []
+const NO_KEY_CHECKS: ReadonlyArray<string> = []
 
 /** The messages a round's edits and reactions name; a round without any (most) allocates nothing. */
 const editTargets = (commands: ReadonlyArray<Command>): ReadonlyArray<string> => {
@@ -111,6 +115,8 @@ export interface AppendRequest {
   readonly tenantId: string
   readonly draft: ActivityDraft
   readonly deadline: number
+  /** An API key id the write finds valid before it stores the draft (ADR 0015); 401 if not. */
+  readonly keyCheck?: string | null | undefined
 }
 export interface StatusRequest {
   readonly tenantId: string
@@ -219,6 +225,8 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
       let statusChange: "active" | "closed" | null = null
       // The group is written only while every command in it may still be.
       let deadline = Infinity
+      // API keys the write checks for the appends it carries (most rounds have none).
+      let keyChecks: Array<string> | undefined
 
       for (const command of commands) {
         if (command._tag === "Append") {
@@ -241,6 +249,7 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
             if (key !== null) newKeys.set(key, draft.id)
             waiting.push([command, draft.id])
             deadline = Math.min(deadline, command.deadline)
+            if (command.keyCheck != null && keyChecks?.includes(command.keyCheck) !== true) (keyChecks ??= []).push(command.keyCheck)
           }
         } else if (
           command.status === status ||
@@ -258,7 +267,7 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
           deadline = Math.min(deadline, command.deadline)
         }
       }
-      return { drafts, waiting, status, statusChange, deadline }
+      return { drafts, waiting, status, statusChange, deadline, keyChecks: keyChecks ?? NO_KEY_CHECKS }
     }
 
     /** Writes what `decide` collected and answers the commands waiting for it. */
@@ -267,7 +276,7 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
       decided: ReturnType<typeof decide>,
       attempt: number
     ): Effect.Effect<void> => {
-      const { deadline, drafts, status, statusChange, waiting } = decided
+      const { deadline, drafts, keyChecks, status, statusChange, waiting } = decided
       if (drafts.length === 0) return Effect.void
       return Effect.flatMap(
         Effect.either(store.write({
@@ -277,12 +286,22 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
           activities: drafts,
           deliveries: planDeliveries(current, drafts),
           status: statusChange,
-          deadline
+          deadline,
+          keyChecks
         })),
         (written): Effect.Effect<void> => {
           if (Either.isLeft(written)) {
             state = undefined
             const pending = waiting.map(([command]) => command)
+            if (written.left._tag === "KeyNoLongerValid") {
+              // The appends that brought a key the write refused get 401; the others go again.
+              const others = pending.filter((command) => {
+                if (command._tag !== "Append" || command.keyCheck == null) return true
+                command.done(Exit.fail(invalidApiKey()))
+                return false
+              })
+              return others.length === 0 ? Effect.void : round(others, attempt)
+            }
             if ((written.left._tag === "SeqTaken" || written.left._tag === "KeyTaken") && attempt < MAX_CONFLICT_RETRIES) {
               return round(pending, attempt + 1)
             }

@@ -2,7 +2,7 @@ import { Entity } from "@effect/cluster"
 import { Rpc } from "@effect/rpc"
 import { Schema } from "effect"
 import { Activity, ActivityDraft } from "../src/domain/Activity.js"
-import { ConversationClosed, InvalidMessage, NotFound, Unavailable } from "../src/domain/ApiError.js"
+import { ConversationClosed, InvalidMessage, NotFound, Unauthorized, Unavailable } from "../src/domain/ApiError.js"
 
 /**
  * The write failed in a way that leaves its outcome open (its connection broke after sending it):
@@ -13,12 +13,19 @@ export class WriteOutcomeUnknown extends Schema.TaggedError<WriteOutcomeUnknown>
 
 /** Appends one activity; re-sending the same draft id or idempotency key returns the stored one. */
 export const Append = Rpc.make("Append", {
-  // `deadline` (epoch ms): past it the entity no longer writes, so a caller that gave up and
-  // answered 503 can trust that nothing was stored.
-  payload: { tenantId: Schema.UUID, draft: ActivityDraft, deadline: Schema.Number },
+  payload: {
+    tenantId: Schema.UUID,
+    draft: ActivityDraft,
+    // `deadline` (epoch ms): past it the entity no longer writes, so a caller that gave up and
+    // answered 503 can trust that nothing was stored.
+    deadline: Schema.Number,
+    // An API key id the write checks is still valid, for a caller that did not look it up itself
+    // (401 if it is not: ADR 0015). Optional: a node of an earlier build sends none.
+    keyCheck: Schema.optional(Schema.NullOr(Schema.UUID))
+  },
   success: Activity,
   // InvalidMessage: an edit or reaction of a message deleted after its target was looked at.
-  error: Schema.Union(NotFound, ConversationClosed, InvalidMessage, Unavailable, WriteOutcomeUnknown)
+  error: Schema.Union(NotFound, ConversationClosed, InvalidMessage, Unavailable, WriteOutcomeUnknown, Unauthorized)
 })
 
 /**

@@ -6,14 +6,22 @@ import { insertChannel, insertConversation, messageDraft, storedTexts } from "./
 import { holdConversationRow, query, serverUrl } from "./support/TestDatabase.js"
 import { createTenant, TestNodeLive } from "./support/TestNode.js"
 
-const group = (tenantId: string, conversationId: string, oldHead: number, text: string, deadline = Date.now() + 5_000): WriteGroup => ({
+const group = (
+  tenantId: string,
+  conversationId: string,
+  oldHead: number,
+  text: string,
+  deadline = Date.now() + 5_000,
+  keyChecks: ReadonlyArray<string> = []
+): WriteGroup => ({
   conversationId,
   tenantId,
   oldHead,
   activities: [messageDraft(text)],
   deliveries: [],
   status: null,
-  deadline
+  deadline,
+  keyChecks
 })
 
 const headOf = (conversationId: string) =>
@@ -88,6 +96,30 @@ layer(TestNodeLive(), { excludeTestServices: true })("activity store", (it) => {
       expect(yield* storedTexts(repeated)).toEqual([[1, "first"]])
       expect(yield* headOf(repeated)).toBe(1)
       expect(yield* storedTexts(other)).toEqual([[1, "same key, other conversation"]])
+    }))
+
+  it.effect("a group whose API key is no longer valid is not written (KeyNoLongerValid); others commit", () =>
+    Effect.gen(function*() {
+      const { first: revoked, second: valid, store, tenant } = yield* twoConversations
+      const keyIds = yield* query<{ id: string; kind: string }>("SELECT id, kind FROM api_keys WHERE tenant_id = $1", [tenant.id])
+      const primary = keyIds.find((k) => k.kind === "primary")!.id
+      // A scoped key, revoked after a node looked it up.
+      const doomed = crypto.randomUUID()
+      yield* query(
+        `INSERT INTO api_keys (id, tenant_id, kind, name, prefix, key_hash, scopes, created_by, revoked_at)
+         VALUES ($1, $2, 'scoped', 'doomed', 'ck_doomed00', $3, '{write}', 'test', now())`,
+        [doomed, tenant.id, Buffer.from(doomed)]
+      )
+      const [refused, ok] = yield* Effect.all([
+        Effect.either(store.write(group(tenant.id, revoked, 0, "refused", undefined, [primary, doomed]))),
+        Effect.either(store.write(group(tenant.id, valid, 0, "kept", undefined, [primary])))
+      ], { concurrency: "unbounded" })
+      yield* failedAlone({ id: valid, text: "kept", result: ok }, { id: revoked, tag: "KeyNoLongerValid", result: refused })
+      // A key of a tenant that is no longer active writes nothing either.
+      yield* query("UPDATE tenants SET status = 'inactive' WHERE id = $1", [tenant.id])
+      const suspended = yield* Effect.either(store.write(group(tenant.id, valid, 1, "suspended", undefined, [primary])))
+      expect(Either.isLeft(suspended) && suspended.left._tag).toBe("KeyNoLongerValid")
+      expect(yield* storedTexts(valid)).toEqual([[1, "kept"]])
     }))
 
   it.effect.runIf(serverUrl !== undefined)(

@@ -103,5 +103,34 @@ describe.skipIf(serverUrl === undefined)("tenant isolation across nodes", () => 
         expect(shape(unknown)).toMatchObject({ status: 503, code: "unavailable" })
         expect(shape(foreign)).toEqual(shape(unknown))
       }).pipe(Effect.scoped), { timeout: 120_000 })
+
+    it.effect("a key revoked while this node remembers it appends nothing to a conversation another node owns", () =>
+      Effect.gen(function*() {
+        const { conversationId, self, victim } = yield* victimConversationOnPeer
+        const issued = yield* Effect.promise(() =>
+          fetch(`${self.baseUrl}/api/v1/manage/api_keys`, {
+            method: "POST",
+            headers: { "x-api-key": victim.api_key, "content-type": "application/json" },
+            body: JSON.stringify({ api_key: { name: "writer", scopes: ["write"] } })
+          }).then((r) => r.json() as Promise<{ data: { id: string; key: string } }>)
+        )
+        // Looked up once here, the key is remembered: its next append carries it to the owner's write.
+        yield* deliver(() => [self.baseUrl], issued.data.key, conversationId, "before", 0)
+        const revoked = yield* Effect.promise(() =>
+          fetch(`${self.baseUrl}/api/v1/manage/api_keys/${issued.data.id}`, { method: "DELETE", headers: { "x-api-key": victim.api_key } })
+        )
+        expect(revoked.status).toBe(204)
+        const reply = yield* Effect.promise(() =>
+          fetch(`${self.baseUrl}/api/v1/conversations/${conversationId}/activities`, {
+            method: "POST",
+            headers: { "x-api-key": issued.data.key, "content-type": "application/json" },
+            body: JSON.stringify({ text: "after" })
+          }).then(async (r) => ({ status: r.status, body: await r.json() as ErrorBody }))
+        )
+        expect(reply.status).toBe(401)
+        expect(reply.body.error?.code).toBe("unauthorized")
+        const rows = yield* query<{ text: string }>("SELECT text FROM activities WHERE conversation_id = $1 ORDER BY seq", [conversationId])
+        expect(rows.map((row) => row.text)).toEqual(["message warm", "message before"])
+      }).pipe(Effect.scoped), { timeout: 120_000 })
   })
 })

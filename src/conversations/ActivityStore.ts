@@ -31,6 +31,9 @@ export class KeyTaken extends Data.TaggedError("KeyTaken")<{ readonly conversati
 /** The group's deadline passed before a statement could take it; nothing of it was stored. */
 export class TooLate extends Data.TaggedError("TooLate")<{}> {}
 
+/** An API key the group was to check is no longer valid (revoked, expired, its tenant not active); nothing was written. */
+export class KeyNoLongerValid extends Data.TaggedError("KeyNoLongerValid")<{}> {}
+
 /** A delivery row planned for a new activity; its payload is the stored activity, redacted. */
 export interface PlannedDelivery {
   readonly id: string
@@ -52,6 +55,8 @@ export interface WriteGroup {
   readonly status: "active" | "closed" | null
   /** Epoch ms after which no statement may start writing the group (WriteTimings). */
   readonly deadline: number
+  /** API key ids the statement finds valid before it writes the group (ADR 0015). */
+  readonly keyChecks: ReadonlyArray<string>
 }
 
 interface Pending {
@@ -59,7 +64,7 @@ interface Pending {
   readonly done: Reply<ReadonlyArray<Activity>, WriteError>
 }
 
-type WriteError = SeqTaken | KeyTaken | WriteFailed | TooLate
+type WriteError = SeqTaken | KeyTaken | WriteFailed | TooLate | KeyNoLongerValid
 
 /** A larger difference between the database's clock and the node's is logged at start (ADR 0004). */
 const MAX_CLOCK_SKEW_MS = 1_000
@@ -212,7 +217,8 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
           old_head: g.oldHead,
           new_head: g.oldHead + g.activities.length,
           status: g.status,
-          deadline: g.deadline
+          deadline: g.deadline,
+          key_checks: g.keyChecks
         }))
         const rows = groups.flatMap((g) => g.activities.map((a) => ({ ...a, conversation_id: g.conversationId })))
         const edits = rows.filter((r) => r.type === "messageUpdate").map((r) => r.reply_to_id)
@@ -228,16 +234,25 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
                 deleted_at = CASE WHEN a.id = ANY(${deletes}::uuid[]) THEN COALESCE(a.deleted_at, now()) ELSE a.deleted_at END
             WHERE a.id = ANY(${targets}::uuid[]) AND (a.conversation_id = ANY(ARRAY(SELECT id FROM moved))) IS TRUE
           )`
-        const answer = yield* writer<{ id: string; at: string | null; outcome: "moved" | "key_taken" | "late" }>`${
+        const answer = yield* writer<{ id: string; at: string | null; outcome: "moved" | "key_taken" | "late" | "key_refused" }>`${
           writer.literal(prepared(targets.length === 0 ? "append_batch" : "append_batch_with_marks"))
         }
           WITH heads AS (
             SELECT * FROM jsonb_to_recordset(${JSON.stringify(heads)}::jsonb)
-                     AS v(id uuid, old_head int8, new_head int8, status text, deadline int8)
+                     AS v(id uuid, old_head int8, new_head int8, status text, deadline int8, key_checks jsonb)
           ), late AS (
             -- The fence of WriteTimings: a statement PostgreSQL starts past a group's deadline (it
             -- waited in a stalled backend, say) writes nothing of it, whenever it runs.
             SELECT id FROM heads WHERE statement_timestamp() > to_timestamp(deadline / 1000.0)
+          ), refused AS (
+            -- API keys taken from a node's recent lookups are checked where the write commits: one
+            -- revoked, expired or of a tenant no longer active writes nothing (ADR 0015).
+            SELECT v.id FROM heads v
+            WHERE v.id NOT IN (SELECT id FROM late) AND EXISTS (
+              SELECT 1 FROM jsonb_array_elements_text(v.key_checks) AS k(id)
+              WHERE NOT EXISTS (SELECT 1 FROM api_keys ak JOIN tenants t ON t.id = ak.tenant_id
+                                WHERE ak.id = k.id::uuid AND ak.revoked_at IS NULL
+                                  AND (ak.expires_at IS NULL OR ak.expires_at > now()) AND t.status = 'active'))
           ), known AS (
             -- One index probe per key: a join here may be planned as a scan of the whole index.
             SELECT DISTINCT k.conversation_id
@@ -253,6 +268,7 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
             FROM heads v
             WHERE c.id = ANY(${groups.map((g) => g.conversationId)}::uuid[]) AND c.id = v.id AND c.head_seq = v.old_head
               AND c.id NOT IN (SELECT conversation_id FROM known) AND c.id NOT IN (SELECT id FROM late)
+              AND c.id NOT IN (SELECT id FROM refused)
             RETURNING c.id
           ), clock AS (
             SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS at
@@ -279,15 +295,20 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
           UNION ALL
           SELECT id, NULL, 'late' FROM late
           UNION ALL
-          SELECT conversation_id, NULL, 'key_taken' FROM known WHERE conversation_id NOT IN (SELECT id FROM late)`
+          SELECT id, NULL, 'key_refused' FROM refused
+          UNION ALL
+          SELECT conversation_id, NULL, 'key_taken' FROM known
+          WHERE conversation_id NOT IN (SELECT id FROM late) AND conversation_id NOT IN (SELECT id FROM refused)`
         const at = answer.find((row) => row.outcome === "moved")?.at ?? ""
         const outcomes = new Map(answer.map((row) => [row.id, row.outcome]))
-        return groups.map((g): Either.Either<ReadonlyArray<Activity>, SeqTaken | KeyTaken | TooLate> => {
+        return groups.map((g): Either.Either<ReadonlyArray<Activity>, SeqTaken | KeyTaken | TooLate | KeyNoLongerValid> => {
           switch (outcomes.get(g.conversationId)) {
             case "moved":
               return Either.right(g.activities.map((a, i) => storedActivity(a, g.oldHead + 1 + i, g, at)))
             case "late":
               return Either.left(new TooLate())
+            case "key_refused":
+              return Either.left(new KeyNoLongerValid())
             case "key_taken":
               return Either.left(new KeyTaken({ conversationId: g.conversationId }))
             default:
@@ -303,7 +324,7 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
           ))
       )
 
-    const settle = (pending: Pending, result: Either.Either<ReadonlyArray<Activity>, SeqTaken | KeyTaken | TooLate>) =>
+    const settle = (pending: Pending, result: Either.Either<ReadonlyArray<Activity>, SeqTaken | KeyTaken | TooLate | KeyNoLongerValid>) =>
       Effect.sync(() => {
         if (Either.isRight(result)) stored.inc(result.right.length)
         pending.done(Either.isRight(result) ? Exit.succeed(result.right) : Exit.fail(result.left))

@@ -276,13 +276,19 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
     /**
      * Validates and appends an activity. A repeated idempotency key returns the original activity.
      * A failure means nothing was stored. The write's time budget counts from `arrivedAt`, when the
-     * request arrived (epoch ms), so time spent authenticating it is part of its bound.
+     * request arrived (epoch ms), so time spent authenticating it is part of its bound. With
+     * `keyCheck`, the write stores the draft (id `draftId`) only while that API key is valid (401).
      */
     const append = (
       scope: ConversationScope,
       conversationId: string,
       input: ActivityInput,
-      options: { readonly idempotencyKey: string | null; readonly sourceChannelId: string | null; readonly arrivedAt: number }
+      options: {
+        readonly idempotencyKey: string | null
+        readonly sourceChannelId: string | null
+        readonly arrivedAt: number
+        readonly keyCheck?: { readonly keyId: string; readonly draftId: string } | undefined
+      }
     ) => {
       // On every append: combinators, not a generator (each `Effect.gen` costs about 2 µs).
       const key = options.idempotencyKey
@@ -298,8 +304,15 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
         Effect.flatMap((checked) => {
           // One entity per conversation, however the caller spelled its id.
           const id = conversationId.toLowerCase()
-          const draft: ActivityDraft = { ...checked, id: crypto.randomUUID(), idempotency_key: key, source_channel_id: options.sourceChannelId }
-          const write = appendTo(id, { tenantId: scope.tenantId, draft, deadline: options.arrivedAt + WRITE_DEADLINE_MS }, options.arrivedAt)
+          const check = options.keyCheck
+          const draft: ActivityDraft = {
+            ...checked,
+            id: check?.draftId ?? crypto.randomUUID(),
+            idempotency_key: key,
+            source_channel_id: options.sourceChannelId
+          }
+          const request = { tenantId: scope.tenantId, draft, deadline: options.arrivedAt + WRITE_DEADLINE_MS, keyCheck: check?.keyId ?? null }
+          const write = appendTo(id, request, options.arrivedAt)
           return checked.reply_to_id === null ? write : checkTarget(scope.tenantId, id, checked, key).pipe(
             Effect.flatMap(Option.match({ onNone: () => write, onSome: Effect.succeed }))
           )

@@ -50,6 +50,9 @@ export class Unauthorized extends Schema.TaggedError<Unauthorized>()("Unauthoriz
   readonly wireDetails = null
 }
 
+/** The 401 for an API key that names no key valid now. */
+export const invalidApiKey = () => new Unauthorized({ message: "invalid, expired or revoked API key" })
+
 /** A client token whose `exp` has passed; any other bad token is `Unauthorized`. */
 export class TokenExpired extends Schema.TaggedError<TokenExpired>()("TokenExpired", {
   message: Schema.String

@@ -1,9 +1,10 @@
 import type { ServerResponse } from "node:http"
-import { Cause, Chunk, Effect, Either, Option, Runtime, Schema } from "effect"
+import { Cause, Chunk, Effect, Either, Exit, Option, Runtime, Schema } from "effect"
 import { logsAtDebug } from "../ops/LogLevels.js"
 import type { ActivityInput } from "../conversations/ActivityRules.js"
+import type { Activity } from "../domain/Activity.js"
 import { Conversations } from "../conversations/Conversations.js"
-import { BadRequest, type Unauthorized, type Unavailable } from "../domain/ApiError.js"
+import { BadRequest, OutcomeUnknown } from "../domain/ApiError.js"
 import { Lifecycle } from "../ops/Lifecycle.js"
 import { Metrics } from "../ops/Metrics.js"
 import { RateLimiter } from "../ratelimit/RateLimiter.js"
@@ -27,7 +28,7 @@ import {
 import { envelopeBody, type ErrorEnvelope, toBody } from "./ErrorEnvelope.js"
 import type { AbandonableRequest, RequestClaim } from "./NodeServer.js"
 import { requestIdFrom } from "./RequestId.js"
-import { credentialForApiKey, type TenantCredential } from "./TenantAuth.js"
+import { credentialForApiKey, credentialOfKey, type TenantCredential } from "./TenantAuth.js"
 
 const TEMPLATE = "/api/v1/conversations/:id/activities"
 const PATH = /^\/api\/v1\/conversations\/([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\/activities$/i
@@ -59,6 +60,24 @@ const readBody = (text: string): ActivityInput | string => {
   const payload = decodeBody(json)
   return Either.isLeft(payload) ? REQUEST_SHAPE_MISMATCH : payload.right
 }
+
+/** An answer about this request's own write, which checked the key: its draft stored, or its outcome unknown. */
+const ownWrite = <E>(exit: Exit.Exit<{ readonly data: Activity }, E>, draftId: string) =>
+  Exit.isSuccess(exit)
+    ? exit.value.data.id === draftId
+    : Option.exists(Cause.failureOption(exit.cause), (error) => error instanceof OutcomeUnknown)
+
+/**
+ * The answer to an append made with a key from this node's recent lookups (ADR 0015). Its write
+ * checks the key, so an answer about that write stands. Any other (a refusal, the activity an
+ * idempotency key names already) waits for a lookup of the key, so that a key revoked meanwhile
+ * gets its 401 as with a lookup first.
+ */
+const confirmedUnlessOwnWrite = <E, E2>(
+  append: Effect.Effect<{ readonly data: Activity }, E>,
+  draftId: string,
+  lookUp: Effect.Effect<unknown, E2>
+) => Effect.flatMap(Effect.exit(append), (exit) => (ownWrite(exit, draftId) ? exit : Effect.zipRight(lookUp, exit)))
 
 /** The conversation id when the request is one this route answers exactly as the router would. */
 const claimable = (request: AbandonableRequest): string | undefined => {
@@ -103,26 +122,36 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
       )
     }
 
+    /** The answer to a request: 201 with what it appended, or the failure's. */
+    const answerFor = <E>(appended: Effect.Effect<{ readonly data: Activity }, E>, requestId: string): Effect.Effect<Answer> =>
+      appended.pipe(
+        Effect.matchCauseEffect({
+          onSuccess: (body): Effect.Effect<Answer> => Effect.succeed({ status: 201, body }),
+          onFailure: (cause) => fromCause(cause, requestId)
+        })
+      )
+
     const answer = (request: AbandonableRequest, conversationId: string, text: string, requestId: string, arrivedAt: number) =>
       Effect.suspend((): Effect.Effect<Answer> => {
+        const rawKey = header(request, "x-api-key")
+        const appendAs = (credential: TenantCredential, keyCheck?: { readonly keyId: string; readonly draftId: string }) => {
+          const payload = readBody(text)
+          return typeof payload === "string"
+            ? Effect.fail(new BadRequest({ message: payload }))
+            : post(credential, conversationId, payload, header(request, "x-idempotency-key"), arrivedAt, keyCheck)
+        }
         // The router's edge refuses a body nested too deep before any route or credential.
-        const checked: Effect.Effect<TenantCredential, BadRequest | Unauthorized | Unavailable> = nestsDeeperThan(text, MAX_JSON_DEPTH)
-          ? Effect.fail(new BadRequest({ message: REQUEST_BODY_TOO_DEEP }))
-          // The caller is known before the body is read, as the router's authentication does it.
-          : credentialForApiKey(keys, header(request, "x-api-key"))
-        return checked.pipe(
-          Effect.flatMap((credential) => {
-            const payload = readBody(text)
-            return typeof payload === "string"
-              ? Effect.fail(new BadRequest({ message: payload }))
-              : post(credential, conversationId, payload, header(request, "x-idempotency-key"), arrivedAt)
-          }),
-          Effect.matchCauseEffect({
-            onSuccess: (body): Effect.Effect<Answer> => Effect.succeed({ status: 201, body }),
-            onFailure: (cause) => fromCause(cause, requestId)
-          })
+        if (nestsDeeperThan(text, MAX_JSON_DEPTH)) return answerFor(Effect.fail(new BadRequest({ message: REQUEST_BODY_TOO_DEEP })), requestId)
+        const recent = rawKey === undefined || rawKey === "" ? undefined : keys.recentlyValid(rawKey)
+        // The caller is known before the body is read, as the router's authentication does it.
+        if (recent === undefined) return answerFor(Effect.flatMap(credentialForApiKey(keys, rawKey), (credential) => appendAs(credential)), requestId)
+        const draftId = crypto.randomUUID()
+        return answerFor(
+          confirmedUnlessOwnWrite(appendAs(credentialOfKey(recent), { keyId: recent.id, draftId }), draftId, credentialForApiKey(keys, rawKey)),
+          requestId
         )
       })
+
 
     const respond = (
       response: ServerResponse,

@@ -21,14 +21,16 @@ export const postActivity = (conversations: Conversations, limiter: RateLimiter)
   conversationId: string,
   payload: ActivityInput,
   idempotencyKey: string | undefined,
-  arrivedAt: number
+  arrivedAt: number,
+  keyCheck?: { readonly keyId: string; readonly draftId: string }
 ) =>
   checkScope(credential, "write").pipe(
     Effect.zipRight(limiter.consume("activity_create", credential.tenantId, credential.tenantId)),
     Effect.zipRight(conversations.append(credential, conversationId, payload, {
       idempotencyKey: idempotencyKey ?? null,
       sourceChannelId: null,
-      arrivedAt
+      arrivedAt,
+      keyCheck
     })),
     Effect.catchTag("RateLimited", (limited) =>
       idempotencyKey === undefined ? Effect.fail(limited) : conversations.storedUnderKey(credential, conversationId, idempotencyKey).pipe(

@@ -11,11 +11,12 @@ import {
   CredentialChannelInactive,
   Forbidden,
   InsufficientScope,
+  invalidApiKey,
   Unauthorized,
   Unavailable,
   ValidationFailed
 } from "../domain/ApiError.js"
-import { allScopes, type Scope } from "../domain/ApiKey.js"
+import { allScopes, type AuthenticatedKey, type Scope } from "../domain/ApiKey.js"
 import { ApiKeys } from "../tenants/ApiKeys.js"
 import { envelope } from "./ErrorEnvelope.js"
 import { DEPRECATION_HEADERS, logDeprecatedUse } from "./DeprecationsPage.js"
@@ -58,14 +59,12 @@ export class ManageAuth extends HttpApiMiddleware.Tag<ManageAuth>()("parley/Mana
   security
 }) {}
 
-const invalidKey = () => new Unauthorized({ message: "invalid, expired or revoked API key" })
-
 /**
  * A write whose tenant was deleted after its key was checked answers what the key gets now: 401, as
  * for a request that came after the delete (the key went with its tenant).
  */
 export const keyGoneWithTenant = <A, E, R>(effect: Effect.Effect<A, E | TenantGone, R>) =>
-  Effect.catchTag(effect, "TenantGone", () => Effect.fail(invalidKey()))
+  Effect.catchTag(effect, "TenantGone", () => Effect.fail(invalidApiKey()))
 
 /** The credential an `x-api-key` header value stands for; 401 when it is missing or not valid now. */
 export const credentialForApiKey = (
@@ -75,14 +74,15 @@ export const credentialForApiKey = (
   raw === undefined || raw === ""
     ? Effect.fail(new Unauthorized({ message: "missing x-api-key" }))
     : Effect.flatMap(keys.authenticate(raw), (key) =>
-      Option.isNone(key)
-        ? Effect.fail(invalidKey())
-        : Effect.succeed({
-          tenantId: key.value.tenantId,
-          scopes: key.value.scopes,
-          channelId: null,
-          actor: { type: "tenant_api", id: key.value.kind === "primary" ? key.value.tenantId : key.value.id }
-        }))
+      Option.isNone(key) ? Effect.fail(invalidApiKey()) : Effect.succeed(credentialOfKey(key.value)))
+
+/** The credential of a valid API key. */
+export const credentialOfKey = (key: AuthenticatedKey): TenantCredential => ({
+  tenantId: key.tenantId,
+  scopes: key.scopes,
+  channelId: null,
+  actor: { type: "tenant_api", id: key.kind === "primary" ? key.tenantId : key.id }
+})
 
 /**
  * A request authenticated by its channel token: one without an API key (an empty `x-api-key` is

@@ -32,6 +32,14 @@ const MAX_EXPIRY_YEAR = 9999
 /** A key lookup gives up after this long (503), as the other reads of a request do. */
 const LOOKUP_TIMEOUT_MS = 5_000
 
+/**
+ * How long a lookup's answer stands in for the next ones of a write that checks the key itself:
+ * as long as `last_used_at` may lag, so the lookups that keep coming still mark it.
+ */
+const RECENT_KEY_MS = 60_000
+/** Keys remembered at the most (the oldest go first); about 200 bytes each. */
+const MAX_RECENT_KEYS = 10_000
+
 const isScope = (s: string): s is Scope => (allScopes as ReadonlyArray<string>).includes(s)
 
 /** Tenant API keys: the primary key of each tenant and its scoped keys. Only hashes are stored. */
@@ -76,19 +84,42 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
       timeout: { ms: LOOKUP_TIMEOUT_MS, onTimeout: () => new SqlError({ cause: "timeout", message: "the key lookup timed out" }) }
     })
 
+    // Keys this node's lookups found valid, by hash, with when (oldest first): appends use one
+    // without a lookup for a minute, and their write checks it again (ADR 0015).
+    const recent = new Map<string, { readonly key: AuthenticatedKey; readonly at: number }>()
+
     /** The key's identity when it is valid now; `last_used_at` is written at most once a minute. */
     const authenticate = (raw: string) =>
-      lookUp(hashCredentialHex(raw)).pipe(
-        Effect.map(Option.map((row): AuthenticatedKey => ({
-          id: row.id,
-          tenantId: row.tenant_id,
-          kind: row.kind,
-          scopes: row.scopes
-        }))),
-        orUnavailable,
-        // A value the database cannot compare names no key.
-        Effect.catchTag("BadRequest", () => Effect.succeedNone)
-      )
+      Effect.suspend(() => {
+        const hash = hashCredentialHex(raw)
+        return lookUp(hash).pipe(
+          Effect.map(Option.map((row): AuthenticatedKey => ({
+            id: row.id,
+            tenantId: row.tenant_id,
+            kind: row.kind,
+            scopes: row.scopes
+          }))),
+          Effect.tap((found) => {
+            recent.delete(hash)
+            if (Option.isNone(found)) return
+            recent.set(hash, { key: found.value, at: performance.now() })
+            if (recent.size > MAX_RECENT_KEYS) recent.delete(recent.keys().next().value!)
+          }),
+          orUnavailable,
+          // A value the database cannot compare names no key.
+          Effect.catchTag("BadRequest", () => Effect.succeedNone)
+        )
+      })
+
+    /**
+     * The key a lookup of this node found valid less than a minute ago, without asking the
+     * database. Only for a write that checks the key again where it commits: the key may have
+     * been revoked, have expired or lost its tenant since.
+     */
+    const recentlyValid = (raw: string): AuthenticatedKey | undefined => {
+      const entry = recent.get(hashCredentialHex(raw))
+      return entry !== undefined && performance.now() - entry.at < RECENT_KEY_MS ? entry.key : undefined
+    }
 
     const listScoped = SqlSchema.findAll({
       Request: Schema.String,
@@ -238,7 +269,7 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
         return key
       })
 
-    return { authenticate, issue, list, get, revoke, create, rotatePrimary } as const
+    return { authenticate, recentlyValid, issue, list, get, revoke, create, rotatePrimary } as const
   }),
   dependencies: [AuditLog.Default, ParentRows.Default]
 }) {}
