@@ -1,5 +1,5 @@
 import { expect, layer } from "@effect/vitest"
-import { Effect, Either } from "effect"
+import { Effect, Either, Fiber } from "effect"
 import { ActivityStore, SeqTaken, type WriteGroup } from "../src/conversations/ActivityStore.js"
 import type { Activity } from "../src/domain/Activity.js"
 import { insertChannel, insertConversation, messageDraft, storedTexts } from "./support/Fixtures.js"
@@ -197,6 +197,29 @@ layer(TestNodeLive(), { excludeTestServices: true })("activity store", (it) => {
           ], { concurrency: "unbounded" })
         }))
         yield* failedAlone({ id: free, text: "free", result: ok }, { id: held, tag: "WriteFailed", result: waited })
+      })
+  )
+
+  it.effect.runIf(serverUrl !== undefined)(
+    "while a statement waits on a row lock, a second statement writes the groups that come meanwhile",
+    () =>
+      Effect.gen(function*() {
+        const { first: held, second: free, store, tenant } = yield* twoConversations
+        // The held group's statement waits for the row until the lock timeout (1 s); the free group,
+        // sent while it waits, must not wait behind it.
+        const finished: Array<string> = []
+        const track = (name: string, write: Effect.Effect<unknown, unknown>) =>
+          Effect.either(write).pipe(Effect.tap(() => Effect.sync(() => finished.push(name))))
+        yield* Effect.scoped(Effect.gen(function*() {
+          yield* holdConversationRow(held)
+          const waiting = yield* Effect.fork(track("held", store.write(group(tenant.id, held, 0, "held"))))
+          yield* Effect.sleep("100 millis")
+          yield* track("free", store.write(group(tenant.id, free, 0, "free")))
+          expect(finished).toEqual(["free"])
+          yield* Fiber.join(waiting)
+        }))
+        expect(finished).toEqual(["free", "held"])
+        expect(yield* storedTexts(free)).toEqual([[1, "free"]])
       })
   )
 
