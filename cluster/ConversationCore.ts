@@ -210,15 +210,17 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
       deletedBefore: ReadonlySet<string>,
       now: number
     ) => {
-      const byId = new Map<string, Activity>()
-      const byKey = new Map<string, Activity>()
+      // What is stored already, by id and key (most rounds look nothing up: no maps then).
+      const byId = existing.length === 0 ? undefined : new Map<string, Activity>()
+      const byKey = existing.length === 0 ? undefined : new Map<string, Activity>()
       for (const activity of existing) {
-        byId.set(activity.id, activity)
-        if (activity.idempotency_key !== null) byKey.set(activity.idempotency_key, activity)
+        byId!.set(activity.id, activity)
+        if (activity.idempotency_key !== null) byKey!.set(activity.idempotency_key, activity)
       }
       const drafts: Array<ActivityDraft> = []
       const waiting: Array<readonly [Command, string | null]> = []
-      const newKeys = new Map<string, string>()
+      // Keys of drafts of this round (made for the first one).
+      let newKeys: Map<string, string> | undefined
       // Messages a delete earlier in this round deletes (made only when a round has one).
       let deletedInRound: Set<string> | undefined
       let status = current.status
@@ -232,9 +234,10 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
         if (command._tag === "Append") {
           const { draft } = command
           const key = draft.idempotency_key
-          const known = byId.get(draft.id) ?? (key === null ? undefined : byKey.get(key))
+          const known = byId?.get(draft.id) ?? (key === null ? undefined : byKey?.get(key))
+          const sameKey = key === null ? undefined : newKeys?.get(key)
           if (known !== undefined) command.done(Exit.succeed(known))
-          else if (key !== null && newKeys.has(key)) waiting.push([command, newKeys.get(key)!])
+          else if (sameKey !== undefined) waiting.push([command, sameKey])
           else if (draft.reply_to_id !== null && refusedOnDeletedTarget(draft.type) &&
             (deletedBefore.has(draft.reply_to_id) || deletedInRound?.has(draft.reply_to_id) === true)
           ) {
@@ -246,7 +249,7 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
           } else {
             drafts.push(draft)
             if (draft.type === "messageDelete" && draft.reply_to_id !== null) (deletedInRound ??= new Set()).add(draft.reply_to_id)
-            if (key !== null) newKeys.set(key, draft.id)
+            if (key !== null) (newKeys ??= new Map()).set(key, draft.id)
             waiting.push([command, draft.id])
             deadline = Math.min(deadline, command.deadline)
             if (command.keyCheck != null && keyChecks?.includes(command.keyCheck) !== true) (keyChecks ??= []).push(command.keyCheck)
@@ -318,9 +321,10 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
           const last = inserted[inserted.length - 1]!
           state = { ...current, head_seq: last.seq, status, updated_at: last.inserted_at }
           const answer = Effect.sync(() => {
-            const byNewId = new Map(inserted.map((a) => [a.id, a]))
+            // Most rounds write one draft: no map for them.
+            const byNewId = inserted.length === 1 ? undefined : new Map(inserted.map((a) => [a.id, a]))
             for (const [command, id] of waiting) {
-              if (command._tag === "Append") command.done(Exit.succeed(byNewId.get(id!)!))
+              if (command._tag === "Append") command.done(Exit.succeed(byNewId === undefined ? inserted[0]! : byNewId.get(id!)!))
               else command.done(Exit.succeed({ changed: true }))
             }
           })

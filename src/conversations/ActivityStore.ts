@@ -223,10 +223,20 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
           deadline: g.deadline,
           key_checks: g.keyChecks
         }))
-        const rows = groups.flatMap((g) => g.activities.map((a) => ({ ...a, conversation_id: g.conversationId })))
-        const edits = rows.filter((r) => r.type === "messageUpdate").map((r) => r.reply_to_id)
-        const deletes = rows.filter((r) => r.type === "messageDelete").map((r) => r.reply_to_id)
-        const keyed = rows.filter((r) => r.idempotency_key !== null)
+        const edits: Array<string | null> = []
+        const deletes: Array<string | null> = []
+        const keyedConversations: Array<string> = []
+        const keys: Array<string> = []
+        for (const g of groups) {
+          for (const a of g.activities) {
+            if (a.type === "messageUpdate") edits.push(a.reply_to_id)
+            else if (a.type === "messageDelete") deletes.push(a.reply_to_id)
+            if (a.idempotency_key !== null) {
+              keyedConversations.push(g.conversationId)
+              keys.push(a.idempotency_key)
+            }
+          }
+        }
         const targets = [...edits, ...deletes]
         // Edits and deletes are rare: only a batch with some carries the part that marks their targets,
         // found by id. The moved conversations are a filter the index cannot use (`IS TRUE`): as an
@@ -259,7 +269,7 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
           ), known AS (
             -- One index probe per key: a join here may be planned as a scan of the whole index.
             SELECT DISTINCT k.conversation_id
-            FROM UNNEST(${keyed.map((r) => r.conversation_id)}::uuid[], ${keyed.map((r) => r.idempotency_key)}::text[])
+            FROM UNNEST(${keyedConversations}::uuid[], ${keys}::text[])
                  AS k(conversation_id, key),
                  LATERAL (SELECT 1 FROM activities a
                           WHERE a.conversation_id = k.conversation_id AND a.idempotency_key = k.key LIMIT 1) AS stored_key
@@ -327,11 +337,10 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
           ))
       )
 
-    const settle = (pending: Pending, result: Either.Either<ReadonlyArray<Activity>, SeqTaken | KeyTaken | TooLate | KeyNoLongerValid>) =>
-      Effect.sync(() => {
-        if (Either.isRight(result)) stored.inc(result.right.length)
-        pending.done(Either.isRight(result) ? Exit.succeed(result.right) : Exit.fail(result.left))
-      })
+    const settle = (pending: Pending, result: Either.Either<ReadonlyArray<Activity>, SeqTaken | KeyTaken | TooLate | KeyNoLongerValid>) => {
+      if (Either.isRight(result)) stored.inc(result.right.length)
+      pending.done(Either.isRight(result) ? Exit.succeed(result.right) : Exit.fail(result.left))
+    }
 
     const failBatch = (batch: ReadonlyArray<Pending>, error: WriteError) =>
       Effect.sync(() => {
@@ -372,7 +381,7 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
         if (batch.length === 0) return
         const together = yield* Effect.either(writeGroups(batch.map((p) => p.group), encoded))
         if (Either.isRight(together)) {
-          return yield* Effect.forEach(batch, (pending, i) => settle(pending, together.right[i]!), { discard: true })
+          return batch.forEach((pending, i) => settle(pending, together.right[i]!))
         }
         const alone = together.left._tag !== "WriteFailed" || isDataException(together.left.cause) ||
           isLockTimeout(together.left.cause)
@@ -383,7 +392,7 @@ export class ActivityStore extends Effect.Service<ActivityStore>()("parley/Activ
             inTime([pending]).length === 0 ? Effect.void : writeGroups([pending.group]).pipe(
               Effect.matchEffect({
                 onFailure: (error) => failBatch([pending], error),
-                onSuccess: ([result]) => settle(pending, result!)
+                onSuccess: ([result]) => Effect.sync(() => settle(pending, result!))
               })
             )
           ), { discard: true })
