@@ -124,7 +124,23 @@ const redactedActivity = (activity: Activity): Record<string, unknown> => {
 
 /** A group's activity rows as the batch statement reads them. */
 const activityRows = (g: WriteGroup) =>
-  g.activities.map((a, i) => ({ ...a, conversation_id: g.conversationId, tenant_id: g.tenantId, seq: g.oldHead + 1 + i }))
+  // Field by field, as the statement's record set names them: a spread with fields added is slow in V8.
+  g.activities.map((a, i) => ({
+    conversation_id: g.conversationId,
+    seq: g.oldHead + 1 + i,
+    id: a.id,
+    tenant_id: g.tenantId,
+    type: a.type,
+    sender: a.sender,
+    text: a.text,
+    attachments: a.attachments,
+    metadata: a.metadata,
+    idempotency_key: a.idempotency_key,
+    reply_to_id: a.reply_to_id,
+    message_type: a.message_type,
+    payload: a.payload,
+    source_channel_id: a.source_channel_id
+  }))
 
 /** A group's planned deliveries; their payloads are the stored activities (the statement fills in `inserted_at`). */
 const deliveryRows = (g: WriteGroup) =>

@@ -292,16 +292,11 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
     ) => {
       // On every append: combinators, not a generator (each `Effect.gen` costs about 2 µs).
       const key = options.idempotencyKey
-      // The entity checks the tenant itself; only a channel-bound caller needs a look first.
-      const reachable = scope.channelId !== null ? Effect.asVoid(get(scope, conversationId, { channels: false })) : Effect.void
-      return reachable.pipe(
-        Effect.zipRight(checkActivity(input)),
-        Effect.tap(() =>
-          key !== null && (key.length === 0 || key.length > 255)
-            ? Effect.fail(new BadRequest({ message: "x-idempotency-key must be 1 to 255 characters" }))
-            : Effect.void
-        ),
+      const checkedAndWritten = checkActivity(input).pipe(
         Effect.flatMap((checked) => {
+          if (key !== null && (key.length === 0 || key.length > 255)) {
+            return Effect.fail(new BadRequest({ message: "x-idempotency-key must be 1 to 255 characters" }))
+          }
           // One entity per conversation, however the caller spelled its id.
           const id = conversationId.toLowerCase()
           const check = options.keyCheck
@@ -326,6 +321,10 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
           )
         })
       )
+      // The entity checks the tenant itself; only a channel-bound caller needs a look first.
+      return scope.channelId === null
+        ? checkedAndWritten
+        : Effect.zipRight(get(scope, conversationId, { channels: false }), checkedAndWritten)
     }
 
     /**
