@@ -91,6 +91,15 @@ const MOVED_RESEND_MS = 250
 
 const notFound = (id: string) => new NotFound({ message: `conversation ${id} not found` })
 
+/**
+ * An API key the append's write checks is still valid (ADR 0015), for a caller that took it from
+ * recent lookups; `draftId` names the draft, so that the caller knows an answer about that write.
+ */
+export interface KeyCheck {
+  readonly keyId: string
+  readonly draftId: string
+}
+
 /** What a caller may reach: a tenant's conversations, or only one channel's (a channel token). */
 export interface ConversationScope {
   readonly tenantId: string
@@ -287,7 +296,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
         readonly idempotencyKey: string | null
         readonly sourceChannelId: string | null
         readonly arrivedAt: number
-        readonly keyCheck?: { readonly keyId: string; readonly draftId: string } | undefined
+        readonly keyCheck?: KeyCheck | undefined
       }
     ) => {
       // On every append: combinators, not a generator (each `Effect.gen` costs about 2 µs).

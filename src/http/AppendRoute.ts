@@ -3,7 +3,7 @@ import { Cause, Chunk, Effect, Either, Exit, Option, Runtime, Schema } from "eff
 import { logsAtDebug } from "../ops/LogLevels.js"
 import type { ActivityInput } from "../conversations/ActivityRules.js"
 import type { Activity } from "../domain/Activity.js"
-import { Conversations } from "../conversations/Conversations.js"
+import { Conversations, type KeyCheck } from "../conversations/Conversations.js"
 import { BadRequest, OutcomeUnknown } from "../domain/ApiError.js"
 import { Lifecycle } from "../ops/Lifecycle.js"
 import { Metrics } from "../ops/Metrics.js"
@@ -134,24 +134,24 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
     const answer = (request: AbandonableRequest, conversationId: string, text: string, requestId: string, arrivedAt: number) =>
       Effect.suspend((): Effect.Effect<Answer> => {
         const rawKey = header(request, "x-api-key")
-        const appendAs = (credential: TenantCredential, keyCheck?: { readonly keyId: string; readonly draftId: string }) => {
+        const appendAs = (credential: TenantCredential, keyCheck?: KeyCheck) => {
           const payload = readBody(text)
           return typeof payload === "string"
             ? Effect.fail(new BadRequest({ message: payload }))
             : post(credential, conversationId, payload, header(request, "x-idempotency-key"), arrivedAt, keyCheck)
         }
         // The router's edge refuses a body nested too deep before any route or credential.
-        if (nestsDeeperThan(text, MAX_JSON_DEPTH)) return answerFor(Effect.fail(new BadRequest({ message: REQUEST_BODY_TOO_DEEP })), requestId)
+        if (nestsDeeperThan(text, MAX_JSON_DEPTH)) {
+          return answerFor(Effect.fail(new BadRequest({ message: REQUEST_BODY_TOO_DEEP })), requestId)
+        }
+        const lookUp = credentialForApiKey(keys, rawKey)
         const recent = rawKey === undefined || rawKey === "" ? undefined : keys.recentlyValid(rawKey)
         // The caller is known before the body is read, as the router's authentication does it.
-        if (recent === undefined) return answerFor(Effect.flatMap(credentialForApiKey(keys, rawKey), (credential) => appendAs(credential)), requestId)
+        if (recent === undefined) return answerFor(Effect.flatMap(lookUp, (credential) => appendAs(credential)), requestId)
         const draftId = crypto.randomUUID()
-        return answerFor(
-          confirmedUnlessOwnWrite(appendAs(credentialOfKey(recent), { keyId: recent.id, draftId }), draftId, credentialForApiKey(keys, rawKey)),
-          requestId
-        )
+        const appended = appendAs(credentialOfKey(recent), { keyId: recent.id, draftId })
+        return answerFor(confirmedUnlessOwnWrite(appended, draftId, lookUp), requestId)
       })
-
 
     const respond = (
       response: ServerResponse,

@@ -1,6 +1,6 @@
 import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Effect, Option } from "effect"
-import { Conversations } from "../conversations/Conversations.js"
+import { Conversations, type KeyCheck } from "../conversations/Conversations.js"
 import { BadRequest } from "../domain/ApiError.js"
 import { isOpaqueWatermark } from "../domain/Watermark.js"
 import { RateLimiter } from "../ratelimit/RateLimiter.js"
@@ -22,7 +22,7 @@ export const postActivity = (conversations: Conversations, limiter: RateLimiter)
   payload: ActivityInput,
   idempotencyKey: string | undefined,
   arrivedAt: number,
-  keyCheck?: { readonly keyId: string; readonly draftId: string }
+  keyCheck?: KeyCheck
 ) =>
   checkScope(credential, "write").pipe(
     Effect.zipRight(limiter.consume("activity_create", credential.tenantId, credential.tenantId)),

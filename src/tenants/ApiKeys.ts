@@ -99,12 +99,14 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
             kind: row.kind,
             scopes: row.scopes
           }))),
-          Effect.tap((found) => {
-            recent.delete(hash)
-            if (Option.isNone(found)) return
-            recent.set(hash, { key: found.value, at: performance.now() })
-            if (recent.size > MAX_RECENT_KEYS) recent.delete(recent.keys().next().value!)
-          }),
+          Effect.tap((found) =>
+            Effect.sync(() => {
+              recent.delete(hash)
+              if (Option.isNone(found)) return
+              recent.set(hash, { key: found.value, at: performance.now() })
+              if (recent.size > MAX_RECENT_KEYS) recent.delete(recent.keys().next().value!)
+            })
+          ),
           orUnavailable,
           // A value the database cannot compare names no key.
           Effect.catchTag("BadRequest", () => Effect.succeedNone)
