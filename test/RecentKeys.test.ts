@@ -80,6 +80,15 @@ layer(TestNodeLive(), { excludeTestServices: true })("recently looked-up keys", 
       expect(yield* storedState(conversationId)).toEqual(before)
     }))
 
+  it.effect("the remembered key of a deleted tenant gets 401, not the 404 of its conversation gone with it", () =>
+    Effect.gen(function*() {
+      const { key, path, tenant } = yield* usedWriteKey()
+      expect((yield* admin("DELETE", `/tenants/${tenant.id}`)).status).toBe(204)
+      const reply = yield* tenantApi(key.key, "POST", path, { text: "after" })
+      expect(reply.status).toBe(401)
+      expect(reply.body).toEqual(envelope("unauthorized"))
+    }))
+
   it.effect("a key that expires while remembered appends nothing after its expiry", () =>
     Effect.gen(function*() {
       const expiresAt = Date.now() + 1_500
