@@ -209,7 +209,7 @@ describe.skipIf(serverUrl === undefined)("database outage", () => {
     Effect.gen(function*() {
       const seeded = yield* seededNodeBehindProxy
       const { conversationId, node, proxy } = seeded
-      // A key the node never looked up: a key looked up within the minute is not looked up again (ADR 0015).
+      // A key the node never looked up: a key looked up in the last 65 s is not looked up again (ADR 0015).
       const issued = yield* call(node.baseUrl, "POST", "/api/v1/manage/api_keys", { "x-api-key": seeded.key }, {
         api_key: { name: "writer", scopes: ["read", "write"] }
       })

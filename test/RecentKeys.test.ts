@@ -6,7 +6,7 @@ import { query } from "./support/TestDatabase.js"
 import { admin, createTenant, manage, TestNodeLive } from "./support/TestNode.js"
 
 /**
- * Appends through the lean route take a key this node looked up within the last minute without
+ * Appends through the lean route take a key this node looked up in the last 65 s without
  * looking it up again; their write checks the key where it commits (ADR 0015). Whatever a key
  * went through meanwhile, its next append answers as after a lookup: 401, nothing stored.
  */

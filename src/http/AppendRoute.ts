@@ -76,8 +76,8 @@ const ownWrite = <E>(exit: Exit.Exit<{ readonly data: Activity }, E>, draftId: s
 const confirmedUnlessOwnWrite = <E, E2>(
   append: Effect.Effect<{ readonly data: Activity }, E>,
   draftId: string,
-  lookUp: Effect.Effect<unknown, E2>
-) => Effect.flatMap(Effect.exit(append), (exit) => (ownWrite(exit, draftId) ? exit : Effect.zipRight(lookUp, exit)))
+  lookUp: () => Effect.Effect<unknown, E2>
+) => Effect.flatMap(Effect.exit(append), (exit) => (ownWrite(exit, draftId) ? exit : Effect.zipRight(lookUp(), exit)))
 
 /** The conversation id when the request is one this route answers exactly as the router would. */
 const claimable = (request: AbandonableRequest): string | undefined => {
@@ -144,10 +144,10 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
         if (nestsDeeperThan(text, MAX_JSON_DEPTH)) {
           return answerFor(Effect.fail(new BadRequest({ message: REQUEST_BODY_TOO_DEEP })), requestId)
         }
-        const lookUp = credentialForApiKey(keys, rawKey)
+        const lookUp = () => credentialForApiKey(keys, rawKey)
         const recent = rawKey === undefined || rawKey === "" ? undefined : keys.recentlyValid(rawKey)
         // The caller is known before the body is read, as the router's authentication does it.
-        if (recent === undefined) return answerFor(Effect.flatMap(lookUp, (credential) => appendAs(credential)), requestId)
+        if (recent === undefined) return answerFor(Effect.flatMap(lookUp(), (credential) => appendAs(credential)), requestId)
         const draftId = crypto.randomUUID()
         const appended = appendAs(credentialOfKey(recent), { keyId: recent.id, draftId })
         return answerFor(confirmedUnlessOwnWrite(appended, draftId, lookUp), requestId)

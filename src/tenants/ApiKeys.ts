@@ -33,10 +33,11 @@ const MAX_EXPIRY_YEAR = 9999
 const LOOKUP_TIMEOUT_MS = 5_000
 
 /**
- * How long a lookup's answer stands in for the next ones of a write that checks the key itself:
- * as long as `last_used_at` may lag, so the lookups that keep coming still mark it.
+ * How long a lookup's answer stands in for the next ones of a write that checks the key itself: a
+ * little over the minute after which `last_used_at` is stale, so that the lookup ending each
+ * period finds it stale and marks it (a key in steady use is marked about every 65 s).
  */
-const RECENT_KEY_MS = 60_000
+const RECENT_KEY_MS = 65_000
 /** Keys remembered at the most (the oldest go first); about 200 bytes each. */
 const MAX_RECENT_KEYS = 10_000
 
@@ -85,7 +86,7 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
     })
 
     // Keys this node's lookups found valid, by hash, with when (oldest first): appends use one
-    // without a lookup for a minute, and their write checks it again (ADR 0015).
+    // without a lookup for `RECENT_KEY_MS`, and their write checks it again (ADR 0015).
     const recent = new Map<string, { readonly key: AuthenticatedKey; readonly at: number }>()
 
     /** The key's identity when it is valid now; `last_used_at` is written at most once a minute. */
@@ -114,7 +115,7 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
       })
 
     /**
-     * The key a lookup of this node found valid less than a minute ago, without asking the
+     * The key a lookup of this node found valid less than `RECENT_KEY_MS` ago, without asking the
      * database. Only for a write that checks the key again where it commits: the key may have
      * been revoked, have expired or lost its tenant since.
      */
