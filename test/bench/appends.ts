@@ -6,8 +6,9 @@
  * webhook channel and K conversations, and drives `POST /api/v1/conversations/:id/activities` with C
  * concurrent keep-alive clients: a warm-up, then a measured window; then the same C clients on one
  * conversation. Parley is stopped, and the same load goes to a minimal node:http + pg server doing
- * one plain INSERT per request (test/bench/baseline-server.ts). It prints one table (Parley, its floor,
- * the single conversation), the ratio, and the machine's core count and CPU model.
+ * one plain INSERT per request (test/bench/baseline-server.ts); with --rounds N, both N times in turn.
+ * It prints one table (Parley, its floor, round by round, then the single conversation), the ratio, and
+ * the machine's core count and CPU model.
  *
  * Flags (or environment variables):
  *   --clients C        BENCH_CLIENTS        concurrent clients (64)
@@ -15,6 +16,8 @@
  *   --warmup S         BENCH_WARMUP_S       seconds of warm-up per scenario (3); it goes on until every
  *                                           conversation has had a request (60 s more at most)
  *   --duration S       BENCH_DURATION_S     measured seconds per scenario (10)
+ *   --rounds N         BENCH_ROUNDS         Parley and its floor N times, alternately, each server
+ *                                           started afresh (1); the targets are judged on the medians
  *   --only LIST        BENCH_ONLY           scenarios to run: parley,baseline,single (all)
  *   --idempotency-keys BENCH_IDEMPOTENCY_KEYS=1  every request carries a new x-idempotency-key, as
  *                                           careful clients send (the floor ignores it)
@@ -63,6 +66,8 @@ interface Options {
   readonly conversations: number
   readonly warmupMs: number
   readonly durationMs: number
+  /** Parley and its floor run this many times, alternately. */
+  readonly rounds: number
   readonly only: ReadonlySet<Scenario>
   readonly probe: boolean
   readonly idempotencyKeys: boolean
@@ -72,7 +77,7 @@ interface Options {
 
 const usage = () => {
   console.log("usage: npm run bench -- [--clients C] [--conversations K] [--warmup S] [--duration S] " +
-    "[--only parley,baseline,single] [--idempotency-keys] [--probe] [--cpu-profile DIR]")
+    "[--rounds N] [--only parley,baseline,single] [--idempotency-keys] [--probe] [--cpu-profile DIR]")
 }
 
 const parseOptions = (argv: ReadonlyArray<string>): Options => {
@@ -92,7 +97,7 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
       flags.set(name, value)
     }
   }
-  const known = new Set(["clients", "conversations", "warmup", "duration", "only", "probe", "idempotency-keys", "cpu-profile"])
+  const known = new Set(["clients", "conversations", "warmup", "duration", "rounds", "only", "probe", "idempotency-keys", "cpu-profile"])
   for (const name of flags.keys()) if (!known.has(name)) throw new Error(`unknown flag --${name}`)
 
   const value = (flag: string, env: string) => flags.get(flag) ?? process.env[env]
@@ -117,6 +122,7 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     conversations: Math.floor(positive("conversations", "BENCH_CONVERSATIONS", 1000)),
     warmupMs: positive("warmup", "BENCH_WARMUP_S", 3) * 1000,
     durationMs: positive("duration", "BENCH_DURATION_S", 10) * 1000,
+    rounds: Math.floor(positive("rounds", "BENCH_ROUNDS", 1)),
     only,
     probe: (probeText !== undefined && probeText !== "0") || cpuProfile !== undefined,
     idempotencyKeys: keysText !== undefined && keysText !== "0",
@@ -512,6 +518,13 @@ interface Row {
 const percentile = (sorted: Float64Array, q: number) =>
   sorted.length === 0 ? Number.NaN : sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))]!
 
+/** The middle value (the mean of the two middle ones for an even count). */
+const median = (values: ReadonlyArray<number>) => {
+  const sorted = [...values].sort((a, b) => a - b)
+  const middle = sorted.length >> 1
+  return sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2
+}
+
 const withDatabase = async <A>(url: string, f: (client: Pg.Client) => Promise<A>): Promise<A> => {
   const client = new Pg.Client({ connectionString: url, application_name: "parley-bench-setup" })
   await client.connect()
@@ -759,41 +772,40 @@ const main = async () => {
     console.log(`PostgreSQL ${row?.version ?? "?"} (synchronous_commit=${row?.sync ?? "?"}), pool size ${POOL_SIZE} on both servers`)
     await client.query(`CREATE DATABASE ${dbName}`)
   })
-  const rows: Array<Row> = []
-  try {
-    if (options.only.has("parley") || options.only.has("single")) {
-      const adminToken = randomBytes(24).toString("hex")
-      const port = await freePort()
-      // Two picks in a row can return the same port.
-      let runnerPort = await freePort()
-      while (runnerPort === port) runnerPort = await freePort()
-      const nodeArgs = parleyNodeArgs()
-      const entry = process.env["BENCH_SERVER_ENTRY"] ?? "dist/src/main.js"
-      console.log(`starting Parley (node ${[...nodeArgs, entry].join(" ")}) ...`)
-      const node = startChild("parley", nodeArgs, entry, port, {
-        PORT: String(port),
-        HOST: "127.0.0.1",
-        CLUSTER_RUNNER_PORT: String(runnerPort),
-        DATABASE_URL: db.url,
-        ADMIN_API_TOKEN: adminToken,
-        LOG_LEVEL: "warning",
-        DRAIN_REFUSE_MS: "0",
-        DRAIN_MAX_MS: "10000",
-        WEBHOOK_ALLOWED_HOSTS: "127.0.0.1",
-        DATA_DIR: join(workDir, "data")
-      }, workDir, options)
-      await waitUntilServing(node, "/health/ready")
-      const setup = await setUpParley(node, adminToken, db.url, options.conversations)
-      const headers = { "x-api-key": setup.apiKey }
-      if (options.only.has("parley")) {
-        rows.push(await runScenario("parley", node, setup.conversationIds.map(activityPath), headers, options.conversations, db, options))
-      }
-      if (options.only.has("single")) {
-        rows.push(await runScenario("parley, 1 conversation", node, [activityPath(setup.singleId)], headers, 1, db, options))
-      }
-      await stopChild(node)
-    }
-    if (options.only.has("baseline")) {
+  const parleyRows: Array<Row> = []
+  const baselineRows: Array<Row> = []
+  let singleRow: Row | undefined
+  let parleySetup: ParleySetup | undefined
+  const adminToken = randomBytes(24).toString("hex")
+
+  /** A Parley node on the bench database; the first one sets up the tenant and conversations. */
+  const startParley = async (name: string) => {
+    const port = await freePort()
+    // Two picks in a row can return the same port.
+    let runnerPort = await freePort()
+    while (runnerPort === port) runnerPort = await freePort()
+    const nodeArgs = parleyNodeArgs()
+    const entry = process.env["BENCH_SERVER_ENTRY"] ?? "dist/src/main.js"
+    console.log(`starting Parley (node ${[...nodeArgs, entry].join(" ")}) ...`)
+    const node = startChild(name, nodeArgs, entry, port, {
+      PORT: String(port),
+      HOST: "127.0.0.1",
+      CLUSTER_RUNNER_PORT: String(runnerPort),
+      DATABASE_URL: db.url,
+      ADMIN_API_TOKEN: adminToken,
+      LOG_LEVEL: "warning",
+      DRAIN_REFUSE_MS: "0",
+      DRAIN_MAX_MS: "10000",
+      WEBHOOK_ALLOWED_HOSTS: "127.0.0.1",
+      DATA_DIR: join(workDir, "data")
+    }, workDir, options)
+    await waitUntilServing(node, "/health/ready")
+    parleySetup ??= await setUpParley(node, adminToken, db.url, options.conversations)
+    return { node, setup: parleySetup }
+  }
+
+  const startBaseline = async (name: string, first: boolean) => {
+    if (first) {
       await withDatabase(db.url, (client) =>
         client.query(`CREATE TABLE bench_activities (
           id uuid PRIMARY KEY,
@@ -801,28 +813,55 @@ const main = async () => {
           text text,
           inserted_at timestamptz NOT NULL DEFAULT now()
         )`))
-      const port = await freePort()
-      console.log("starting the node:http + pg baseline (node's default flags) ...")
-      const baseline = startChild("baseline", [], "test/bench/baseline-server.ts", port, {
-        BASELINE_PORT: String(port),
-        DATABASE_URL: db.url,
-        BASELINE_POOL_SIZE: String(POOL_SIZE)
-      }, workDir, options)
-      await waitUntilServing(baseline, "/")
-      const ids = Array.from({ length: options.conversations }, () => randomUUID())
-      const row = await runScenario("baseline (node:http + pg)", baseline, ids.map(activityPath), {}, options.conversations, db, options)
-      // The table lists Parley first, then its floor, then the single conversation.
-      rows.splice(options.only.has("parley") ? 1 : 0, 0, row)
-      await stopChild(baseline)
+    }
+    const port = await freePort()
+    console.log("starting the node:http + pg baseline (node's default flags) ...")
+    const baseline = startChild(name, [], "test/bench/baseline-server.ts", port, {
+      BASELINE_PORT: String(port),
+      DATABASE_URL: db.url,
+      BASELINE_POOL_SIZE: String(POOL_SIZE)
+    }, workDir, options)
+    await waitUntilServing(baseline, "/")
+    return baseline
+  }
+
+  try {
+    // Each round runs only one server at a time, started afresh: the other one's idle work (a
+    // Parley node's heartbeats and polls) stays out of the window, as with one round.
+    for (let round = 1; round <= options.rounds; round++) {
+      const suffix = options.rounds === 1 ? "" : ` #${round}`
+      const childName = (name: string) => (round === 1 ? name : `${name}-round${round}`)
+      const single = round === 1 && options.only.has("single")
+      if (options.only.has("parley") || single) {
+        const { node, setup } = await startParley(childName("parley"))
+        const headers = { "x-api-key": setup.apiKey }
+        if (options.only.has("parley")) {
+          parleyRows.push(
+            await runScenario(`parley${suffix}`, node, setup.conversationIds.map(activityPath), headers, options.conversations, db, options)
+          )
+        }
+        if (single) singleRow = await runScenario("parley, 1 conversation", node, [activityPath(setup.singleId)], headers, 1, db, options)
+        await stopChild(node)
+      }
+      if (options.only.has("baseline")) {
+        const baseline = await startBaseline(childName("baseline"), round === 1)
+        const ids = Array.from({ length: options.conversations }, () => randomUUID())
+        baselineRows.push(
+          await runScenario(`baseline (node:http + pg)${suffix}`, baseline, ids.map(activityPath), {}, options.conversations, db, options)
+        )
+        await stopChild(baseline)
+      }
     }
   } finally {
     if (interruptedBy === undefined) await cleanUp()
   }
 
+  // Parley first, then its floor, round by round; then the single conversation.
+  const rows: Array<Row> = []
+  for (let i = 0; i < options.rounds; i++) rows.push(...[parleyRows[i], baselineRows[i]].filter((r) => r !== undefined))
+  if (singleRow !== undefined) rows.push(singleRow)
   console.log("")
   printTable(rows)
-  const parley = rows.find((r) => r.scenario === "parley")
-  const baseline = rows.find((r) => r.scenario.startsWith("baseline"))
   console.log("")
   console.log(`cores: ${cpus.length} (${cpus[0]?.model ?? "unknown CPU"}); cpu columns: cores used during the window ` +
     `by the server process, its PostgreSQL backends, this load generator and everything else; µs/req: CPU time per append; ` +
@@ -833,12 +872,20 @@ const main = async () => {
         `its throughput and latency are disturbed (the µs/req columns much less so)`)
     }
   }
-  if (parley !== undefined && baseline !== undefined) {
-    const ratio = parley.perSecond / baseline.perSecond
-    console.log(`Parley / baseline: ${ratio.toFixed(2)}x (target >= 1.0x: ${ratio >= 1 ? "met" : "NOT met"})`)
+  // With several rounds the targets are judged on the medians: a host's speed drifts between windows.
+  const ratios = parleyRows.flatMap((row, i) => {
+    const floor = baselineRows[i]
+    return floor === undefined ? [] : [row.perSecond / floor.perSecond]
+  })
+  const of = (values: ReadonlyArray<unknown>) => (values.length === 1 ? "" : `median of ${values.length} rounds `)
+  if (ratios.length > 0) {
+    const ratio = median(ratios)
+    const each = ratios.length === 1 ? "" : ` (rounds: ${ratios.map((r) => `${r.toFixed(2)}x`).join(", ")})`
+    console.log(`Parley / baseline: ${of(ratios)}${ratio.toFixed(2)}x${each} (target >= 1.0x: ${ratio >= 1 ? "met" : "NOT met"})`)
   }
-  if (parley !== undefined) {
-    console.log(`Parley activities/s: ${Math.round(parley.perSecond)} (target >= 5200: ${parley.perSecond >= 5200 ? "met" : "NOT met"})`)
+  if (parleyRows.length > 0) {
+    const rate = median(parleyRows.map((row) => row.perSecond))
+    console.log(`Parley activities/s: ${of(parleyRows)}${Math.round(rate)} (target >= 5200: ${rate >= 5200 ? "met" : "NOT met"})`)
   }
   const failed = rows.filter((r) => r.errors > 0)
   for (const row of failed) {
