@@ -282,14 +282,46 @@ const waitUntilServing = async (child: Child, path: string, timeoutMs = 90_000) 
 
 const CLOCK_TICKS = 100
 
-/** utime + stime of a process (all its threads), in seconds. */
-const processCpu = (pid: number): number => {
+/** utime + stime of a process (all its threads), in seconds; undefined once it has exited. */
+const processCpu = (pid: number): number | undefined => {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
     const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
     return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS
   } catch {
-    return 0
+    return undefined
+  }
+}
+
+/** How often the database's backends are read during a window. */
+const BACKEND_SAMPLE_MS = 250
+
+/**
+ * CPU seconds the database's backends use from `start` on. Each backend counts its own difference,
+ * read every `BACKEND_SAMPLE_MS`: one that exits during the window keeps what it used until its
+ * last reading (its /proc entry is gone at the end: a plain before/after sum once subtracted its
+ * whole lifetime), and one that connects during the window counts from its start.
+ */
+const backendCpu = (listBackends: () => Promise<ReadonlyArray<number>>) => {
+  const first = new Map<number, number>()
+  const last = new Map<number, number>()
+  const read = (pid: number, isNew: boolean) => {
+    const cpu = processCpu(pid)
+    if (cpu === undefined) return
+    if (!first.has(pid)) first.set(pid, isNew ? 0 : cpu)
+    last.set(pid, cpu)
+  }
+  return {
+    start: (pids: ReadonlyArray<number>) => pids.forEach((pid) => read(pid, false)),
+    sample: () => [...last.keys()].forEach((pid) => read(pid, false)),
+    /** The total, after a last reading and a look for backends that connected meanwhile. */
+    finish: async () => {
+      for (const pid of last.keys()) read(pid, false)
+      for (const pid of await listBackends()) if (!first.has(pid)) read(pid, true)
+      let total = 0
+      for (const [pid, cpu] of last) total += cpu - first.get(pid)!
+      return total
+    }
   }
 }
 
@@ -307,14 +339,12 @@ const machineBusy = (): number => {
 
 interface CpuSnapshot {
   readonly server: number
-  readonly pg: number
   readonly generator: number
   readonly machine: number
 }
 
-const snapshot = (serverPid: number, pgPids: ReadonlyArray<number>): CpuSnapshot => ({
-  server: processCpu(serverPid),
-  pg: pgPids.reduce((sum, pid) => sum + processCpu(pid), 0),
+const snapshot = (serverPid: number): CpuSnapshot => ({
+  server: processCpu(serverPid) ?? 0,
   generator: (() => {
     const usage = process.cpuUsage()
     return (usage.user + usage.system) / 1e6
@@ -344,7 +374,7 @@ interface DriveTarget {
   readonly headers: Record<string, string | number>
   /** Whether each request carries a new `x-idempotency-key`. */
   readonly idempotencyKeys: boolean
-  /** Backend pids of the database, fetched shortly before the window opens. */
+  /** Backend pids of the database (when the window opens, and again when it closes). */
   readonly pgPids: () => Promise<ReadonlyArray<number>>
   readonly onWindow: (edge: "open" | "close") => void
   /** Why the run must end early (the server exited, the bench was interrupted), or undefined. */
@@ -370,10 +400,11 @@ const drive = (target: DriveTarget, clients: number, warmupMs: number, durationM
     let windowEnd = Number.POSITIVE_INFINITY
     let stopping = false
     let active = clients
-    let pgPids: ReadonlyArray<number> = []
+    const backends = backendCpu(target.pgPids)
     let warmedMs = 0
     let before: CpuSnapshot | undefined
     let after: CpuSnapshot | undefined
+    let pgUsed: Promise<number> | undefined
 
     const fail = (message: string) => {
       errors += 1
@@ -413,10 +444,9 @@ const drive = (target: DriveTarget, clients: number, warmupMs: number, durationM
           const b = before!
           const a = after!
           const server = a.server - b.server
-          const pg = a.pg - b.pg
           const generator = a.generator - b.generator
           const seconds = (windowEnd - windowStart) / 1000
-          resolveDrive({
+          return void pgUsed!.then((pg) => resolveDrive({
             latencies: latencies.subarray(0, recorded),
             windowMs: windowEnd - windowStart,
             warmupMs: warmedMs,
@@ -428,7 +458,7 @@ const drive = (target: DriveTarget, clients: number, warmupMs: number, durationM
               generator: generator / seconds,
               other: Math.max(0, a.machine - b.machine - server - pg - generator) / seconds
             }
-          })
+          }), rejectDrive)
         }
         return
       }
@@ -478,14 +508,21 @@ const drive = (target: DriveTarget, clients: number, warmupMs: number, durationM
       if (next < target.paths.length && !overdue) return later(openWindow, 50)
       void target.pgPids().then((pids) => {
         if (stopping) return
-        pgPids = pids
         windowStart = performance.now()
         warmedMs = windowStart - began
-        before = snapshot(target.serverPid, pgPids)
+        before = snapshot(target.serverPid)
+        backends.start(pids)
         target.onWindow("open")
+        const sampleBackends = () => {
+          if (stopping) return
+          backends.sample()
+          later(sampleBackends, BACKEND_SAMPLE_MS)
+        }
+        later(sampleBackends, BACKEND_SAMPLE_MS)
         later(() => {
           windowEnd = performance.now()
-          after = snapshot(target.serverPid, pgPids)
+          after = snapshot(target.serverPid)
+          pgUsed = backends.finish()
           target.onWindow("close")
           stopping = true
         }, durationMs)
