@@ -1,5 +1,5 @@
 import { expect, layer } from "@effect/vitest"
-import { Chunk, Context, Deferred, Effect, Fiber, Layer, Logger, LogLevel, Stream } from "effect"
+import { Chunk, Context, Deferred, Effect, Fiber, HashMap, Layer, Logger, LogLevel, Stream } from "effect"
 import type { Activity } from "../src/domain/Activity.js"
 import { LIVE_BUFFER } from "../src/conversations/SeqFollower.js"
 import { ConversationHub } from "../src/realtime/ConversationHub.js"
@@ -146,12 +146,16 @@ layer(TestNodeLive(), { excludeTestServices: true })("node-local hub", (it) => {
       const hub = yield* hubWithFirstSubscribe(upstreams, (again) => Stream.concat(again().pipe(Stream.take(2)), again()))
       const { conversationId, key } = yield* tenantWithConversation
       const path = `/conversations/${conversationId}/activities`
-      // The follower is forked from the listener's stream, so it logs to the listener's loggers.
-      const logged: Array<string> = []
-      const collector = Logger.make(({ message }) => logged.push(String(message)))
+      // The follower is forked from the listener's stream, so it logs to the listener's loggers,
+      // but as the hub: without the listener's own annotations.
+      const logged: Array<{ readonly message: string; readonly annotations: ReadonlyArray<string> }> = []
+      const collector = Logger.make(({ annotations, message }) =>
+        logged.push({ message: String(message), annotations: [...HashMap.keys(annotations)] })
+      )
       const listener = yield* hub.subscribe(conversationId, 0).pipe(
         Stream.take(3),
         Stream.runCollect,
+        Effect.annotateLogs("request_id", "the-first-listener"),
         Effect.fork,
         Effect.provide(Layer.merge(Logger.add(collector), Logger.minimumLogLevel(LogLevel.Info)))
       )
@@ -160,7 +164,8 @@ layer(TestNodeLive(), { excludeTestServices: true })("node-local hub", (it) => {
       yield* tenantApi(key, "POST", path, { text: "m2" })
       yield* until("a subscribe from what the topic published", () => upstreams.length >= 2)
       expect(upstreams.map((upstream) => upstream.fromSeq)).toEqual([0, 2])
-      expect(logged.filter((line) => line.includes("re-sent from its start"))).toHaveLength(1)
+      const resent = logged.filter((line) => line.message.includes("re-sent from its start"))
+      expect(resent.map((line) => line.annotations)).toEqual([["conversation_id"]])
       // The replay went no further than its first activity.
       expect(upstreams[0]!.delivered).toEqual([1, 2, 1])
       yield* tenantApi(key, "POST", path, { text: "m3" })
