@@ -1,5 +1,5 @@
 import { EntityId, Sharding, type ShardId } from "@effect/cluster"
-import { Duration, Effect, ExecutionStrategy, Exit, Schedule, Scope } from "effect"
+import { Duration, Effect, ExecutionStrategy, Exit, Fiber, Runtime, Schedule, Scope } from "effect"
 import { ActivityStore } from "../src/conversations/ActivityStore.js"
 import { ConversationStateRepo } from "../src/conversations/ConversationState.js"
 import { type ConversationCore, makeConversationCore } from "./ConversationCore.js"
@@ -30,6 +30,10 @@ export class ConversationCores extends Effect.Service<ConversationCores>()("parl
     const scope = yield* Effect.scope
     const running = new Map<string, Running>()
     const creating = yield* Effect.makeSemaphore(1)
+    // Cores start in fibers of this service, not in their first caller's: a core's long-lived fiber
+    // would keep that caller's fiber (and its answer) for as long as the core runs, and log with its
+    // request id.
+    const startDetached = Runtime.runFork(yield* Effect.runtime<never>())
 
     const shardOf = (conversationId: string) => sharding.getShardId(EntityId.make(conversationId), "default")
 
@@ -47,7 +51,8 @@ export class ConversationCores extends Effect.Service<ConversationCores>()("parl
     const get = (conversationId: string): Effect.Effect<ConversationCore> =>
       Effect.suspend(() => {
         const found = existing(conversationId)
-        return found !== undefined ? Effect.succeed(found) : creating.withPermits(1)(
+        if (found !== undefined) return Effect.succeed(found)
+        const start = creating.withPermits(1)(
           Effect.suspend(() => {
             const raced = existing(conversationId)
             if (raced !== undefined) return Effect.succeed(raced)
@@ -64,6 +69,8 @@ export class ConversationCores extends Effect.Service<ConversationCores>()("parl
             })
           })
         )
+        // A caller that stops waiting leaves the start to finish: the core is there for the next one.
+        return Fiber.join(startDetached(start))
       })
 
     const sweep = Effect.suspend(() => {

@@ -1,7 +1,7 @@
 import { expect, layer } from "@effect/vitest"
 import { SqlClient, SqlError } from "@effect/sql"
 import { Sharding } from "@effect/cluster"
-import { Cause, Context, Effect, ExecutionStrategy, Exit, Fiber, FiberId, Layer, Runtime, Schedule, Scope } from "effect"
+import { Cause, Context, Effect, ExecutionStrategy, Exit, Fiber, FiberId, HashMap, Layer, Logger, LogLevel, Runtime, Schedule, Scope } from "effect"
 import { type AppendRequest, makeConversationCore, type StatusRequest } from "../cluster/ConversationCore.js"
 import { ConversationCores } from "../cluster/ConversationCores.js"
 import { moved } from "../cluster/ConversationEntityLive.js"
@@ -293,6 +293,28 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
       expect(error._tag).toBe("NotFound")
       expect(yield* storedTexts(conversationId)).toEqual([])
     }))
+
+  it.scoped("a conversation's core logs as the node, not with the annotations of the caller that started it", () => {
+    const logged: Array<{ readonly message: string; readonly annotations: ReadonlyArray<string> }> = []
+    const collector = Logger.make(({ annotations, message }) =>
+      logged.push({ message: String(message), annotations: [...HashMap.keys(annotations)] })
+    )
+    return Effect.gen(function*() {
+      // A bug in reading the state: the round that meets it writes the core's one log line.
+      const buggyStates = Layer.succeed(ConversationStateRepo, ConversationStateRepo.make({ load: () => Effect.die("a bug") }))
+      const cores = Context.get(yield* Layer.build(ConversationCores.Default.pipe(Layer.provide(buggyStates))), ConversationCores)
+      const { conversationId, tenant } = yield* tenantWithConversation
+      const core = yield* cores.get(conversationId).pipe(Effect.annotateLogs("request_id", "the-first-caller"))
+      // A status change is decided by the core's own fiber, not inline in its caller's.
+      const exit = yield* Effect.exit(
+        core.setStatus({ tenantId: tenant.id, status: "closed", reason: "manual", idleSince: null, deadline: Date.now() + 5000 })
+      )
+      expect(Exit.isFailure(exit) && Cause.isDie(exit.cause)).toBe(true)
+      const failed = logged.filter((line) => line.message.includes("conversation round failed unexpectedly"))
+      expect(failed.map((line) => line.annotations)).toEqual([[]])
+      expect(yield* storedTexts(conversationId)).toEqual([])
+    }).pipe(Effect.provide(Layer.merge(Logger.add(collector), Logger.minimumLogLevel(LogLevel.Info))))
+  })
 
   it.effect("an append plans a delivery to the origin channel with the redacted activity", () =>
     Effect.gen(function*() {

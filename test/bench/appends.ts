@@ -25,7 +25,8 @@
  *                                           Effect fibers, GC and event-loop use per request, inside the
  *                                           window (BENCH_PROBE_OPS=1: Effect instructions as well)
  *   --cpu-profile DIR  BENCH_CPU_PROFILE    implies --probe: a .cpuprofile of each window (and a
- *                                           .heapprofile with BENCH_HEAP_PROFILE=1); read them with
+ *                                           .heapprofile with BENCH_HEAP_PROFILE=1, or of what was
+ *                                           promoted with BENCH_HEAP_PROFILE=promoted); read them with
  *                                           test/bench/profile-summary.ts
  *   DATABASE_URL       server to create the database on (postgres://postgres@127.0.0.1:5432/postgres)
  *
@@ -196,7 +197,9 @@ const startChild = (
   const logFile = join(workDir, `${name}.log`)
   const probeFile = options.probe ? join(workDir, `${name}.probe.jsonl`) : undefined
   const loader = script.endsWith(".ts") || options.probe ? ["--import", "tsx"] : []
-  const args = [...nodeArgs, ...loader, ...(options.probe ? ["--import", join(ROOT, "test/bench/probe.ts")] : []), script]
+  // The probe's last scavenge before a profile of promoted allocations.
+  const exposeGc = options.probe && process.env["BENCH_HEAP_PROFILE"] === "promoted" ? ["--expose-gc"] : []
+  const args = [...nodeArgs, ...exposeGc, ...loader, ...(options.probe ? ["--import", join(ROOT, "test/bench/probe.ts")] : []), script]
   const child = spawn(process.execPath, args, {
     cwd: ROOT,
     env: {

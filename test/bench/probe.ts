@@ -10,7 +10,10 @@
  *   with `BENCH_PROBE_OPS=1` also every instruction the fiber run loop executes, by kind (slows
  *   the server down: use it for counts, not for timings);
  * - with `BENCH_CPU_PROFILE_DIR`, a `.cpuprofile` of the window (V8 sampling profiler), and with
- *   `BENCH_HEAP_PROFILE=1` as well a `.heapprofile` (sampled allocations, collected ones included).
+ *   `BENCH_HEAP_PROFILE=1` as well a `.heapprofile` (sampled allocations, collected ones included), and
+ *   with `BENCH_HEAP_PROFILE=promoted` one of the allocations no scavenge collected: what survived
+ *   into the old generation (the server runs with `--expose-gc` then, for a last scavenge before the
+ *   profile is taken, so that the young generation's garbage is not counted).
  * A tool for the benchmark only; nothing in src/ knows about it.
  */
 import { writeFileSync, appendFileSync, mkdirSync } from "node:fs"
@@ -36,7 +39,9 @@ export interface ProbeReport {
 const outFile = process.env["BENCH_PROBE_OUT"]
 const profileDir = process.env["BENCH_CPU_PROFILE_DIR"]
 const processName = process.env["BENCH_PROBE_NAME"] ?? `pid${process.pid}`
-const heapProfile = profileDir !== undefined && process.env["BENCH_HEAP_PROFILE"] === "1"
+const heapMode = process.env["BENCH_HEAP_PROFILE"]
+const heapProfile = profileDir !== undefined && (heapMode === "1" || heapMode === "promoted")
+const promotedOnly = heapMode === "promoted"
 
 const counts = new Map<string, number>()
 let open = false
@@ -124,7 +129,7 @@ const openWindow = () => {
     session?.post("HeapProfiler.startSampling", {
       samplingInterval: 16384,
       includeObjectsCollectedByMajorGC: true,
-      includeObjectsCollectedByMinorGC: true
+      includeObjectsCollectedByMinorGC: !promotedOnly
     })
   }
 }
@@ -154,6 +159,7 @@ const closeWindow = () => {
     const profile = error === null ? `${stem}.cpuprofile` : null
     if (profile !== null) writeFileSync(profile, JSON.stringify(result.profile))
     if (!heapProfile) return write({ ...base, profile, heapProfile: null })
+    if (promotedOnly) (globalThis as { gc?: (options: { type: "minor" }) => void }).gc?.({ type: "minor" })
     session.post("HeapProfiler.stopSampling", (heapError, heap) => {
       const file = heapError === null ? `${stem}.heapprofile` : null
       if (file !== null) writeFileSync(file, JSON.stringify(heap.profile))
