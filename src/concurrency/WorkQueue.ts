@@ -13,11 +13,13 @@ export type Reply<A, E> = (exit: Exit.Exit<A, E>) => void
  */
 export const awaitReply = <A, E>(register: (reply: Reply<A, E>) => void): Effect.Effect<A, E> =>
   Effect.async<A, E>((resume) => {
-    let settled = false
+    // Dropped once used: whatever still holds the reply then (a finished write batch, a command)
+    // no longer holds the waiting fiber and all it refers to.
+    let waiting: typeof resume | undefined = resume
     register((exit) => {
-      if (settled) return
-      settled = true
-      resume(exit)
+      const first = waiting
+      waiting = undefined
+      first?.(exit)
     })
   })
 
