@@ -12,16 +12,21 @@ export type Reply<A, E> = (exit: Exit.Exit<A, E>) => void
  * Effect's whole prototype (measured: the largest single cost of a local append).
  */
 export const awaitReply = <A, E>(register: (reply: Reply<A, E>) => void): Effect.Effect<A, E> =>
-  Effect.async<A, E>((resume) => {
-    // Dropped once used: whatever still holds the reply then (a finished write batch, a command)
-    // no longer holds the waiting fiber and all it refers to.
-    let waiting: typeof resume | undefined = resume
-    register((exit) => {
-      const first = waiting
-      waiting = undefined
-      first?.(exit)
-    })
-  })
+  Effect.async<A, E>((resume) => register(replyOnce(resume)))
+
+/**
+ * The first completion resumes the waiting fiber; the reference to it is dropped then, so whatever
+ * keeps the reply afterwards (a finished write batch, a command) keeps neither that fiber nor, since
+ * the reply is made out here, what `register` captured.
+ */
+const replyOnce = <A, E>(resume: (effect: Effect.Effect<A, E>) => void): Reply<A, E> => {
+  let waiting: typeof resume | undefined = resume
+  return (exit) => {
+    const first = waiting
+    waiting = undefined
+    first?.(exit)
+  }
+}
 
 /**
  * Runs `effect` in a fiber of its own and answers `onTimeout()` if it has not finished `ms` from
