@@ -141,23 +141,24 @@ layer(TestNodeLive(), { excludeTestServices: true })("node-local hub", (it) => {
   it.effect("an upstream re-sent from its first fromSeq after a crash is replaced by one from what the topic published", () =>
     Effect.gen(function*() {
       const upstreams: Array<Upstream> = []
-      // After two activities the first stream starts again from its own fromSeq, as the re-send of
-      // a Subscribe to the next owner does after its owner crashed.
-      const hub = yield* hubWithFirstSubscribe(upstreams, (again) => Stream.concat(again().pipe(Stream.take(2)), again()))
-      const { conversationId, key } = yield* tenantWithConversation
-      const path = `/conversations/${conversationId}/activities`
-      // The follower is forked from the listener's stream, so it logs to the listener's loggers,
-      // but as the hub: without the listener's own annotations.
+      // The follower runs as a fiber of the hub: it logs to the hub's loggers, without the
+      // annotations of the listener whose subscribe opened the topic.
       const logged: Array<{ readonly message: string; readonly annotations: ReadonlyArray<string> }> = []
       const collector = Logger.make(({ annotations, message }) =>
         logged.push({ message: String(message), annotations: [...HashMap.keys(annotations)] })
       )
+      // After two activities the first stream starts again from its own fromSeq, as the re-send of
+      // a Subscribe to the next owner does after its owner crashed.
+      const hub = yield* hubWithFirstSubscribe(upstreams, (again) => Stream.concat(again().pipe(Stream.take(2)), again())).pipe(
+        Effect.provide(Layer.merge(Logger.add(collector), Logger.minimumLogLevel(LogLevel.Info)))
+      )
+      const { conversationId, key } = yield* tenantWithConversation
+      const path = `/conversations/${conversationId}/activities`
       const listener = yield* hub.subscribe(conversationId, 0).pipe(
         Stream.take(3),
         Stream.runCollect,
         Effect.annotateLogs("request_id", "the-first-listener"),
-        Effect.fork,
-        Effect.provide(Layer.merge(Logger.add(collector), Logger.minimumLogLevel(LogLevel.Info)))
+        Effect.fork
       )
       yield* until("the first subscribe", () => upstreams.length === 1)
       yield* tenantApi(key, "POST", path, { text: "m1" })

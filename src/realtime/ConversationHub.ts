@@ -1,4 +1,4 @@
-import { Data, Duration, Effect, ExecutionStrategy, Exit, Fiber, FiberRef, PubSub, Ref, Schedule, Scope, Stream } from "effect"
+import { Data, Duration, Effect, ExecutionStrategy, Exit, Fiber, PubSub, Ref, Runtime, Schedule, Scope, Stream } from "effect"
 import { ConversationEntity } from "../../cluster/ConversationEntity.js"
 import { ActivityStore } from "../conversations/ActivityStore.js"
 import { inSeqOrder, livePubSub, type ReadAfter, storedBetween } from "../conversations/SeqFollower.js"
@@ -50,10 +50,10 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
     const store = yield* ActivityStore
     const entity = yield* ConversationEntity.client
     const hubScope = yield* Effect.scope
-    // What the hub's own fibers log with: a follower is forked by its topic's first listener, whose
-    // request id and spans would otherwise mark every line the follower writes for all listeners.
-    const hubAnnotations = yield* FiberRef.get(FiberRef.currentLogAnnotations)
-    const hubSpans = yield* FiberRef.get(FiberRef.currentLogSpan)
+    // Followers run as fibers of the hub, as conversation cores run as fibers of their service: one
+    // forked by the listener whose subscribe opened its topic would log with that listener's request
+    // id for all listeners, and keep that listener's fiber reachable while the topic lives.
+    const forkInHub = Runtime.runFork(yield* Effect.runtime<never>())
     // Changed only under `lock`; read freely (the gap check copies it).
     const topics = new Map<string, Topic>()
     const lock = yield* Effect.makeSemaphore(1)
@@ -117,15 +117,10 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
         Effect.forever
       )
 
-    // `open` runs as a stream's resource, acquired uninterruptibly: the follower must be interruptible.
+    // Interrupted when `scope` closes; interruptible although `open` runs as a stream's resource,
+    // acquired uninterruptibly; started on the scheduler, as a fork would be.
     const follow = (conversationId: string, topic: Feed, scope: Scope.Scope) =>
-      Effect.forkIn(
-        Effect.interruptible(upstream(conversationId, topic)).pipe(
-          Effect.locally(FiberRef.currentLogAnnotations, hubAnnotations),
-          Effect.locally(FiberRef.currentLogSpan, hubSpans)
-        ),
-        scope
-      )
+      Effect.sync(() => forkInHub(upstream(conversationId, topic), { scope, immediate: false }))
 
     /**
      * Replaces the topic's upstream with one subscribed from what the topic has published. The old
