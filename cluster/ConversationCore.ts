@@ -281,8 +281,8 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
     ): Effect.Effect<void> => {
       const { deadline, drafts, keyChecks, status, statusChange, waiting } = decided
       if (drafts.length === 0) return Effect.void
-      return Effect.flatMap(
-        Effect.either(store.write({
+      return Effect.matchEffect(
+        store.write({
           conversationId,
           tenantId: current.tenant_id,
           oldHead: current.head_seq,
@@ -291,12 +291,12 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
           status: statusChange,
           deadline,
           keyChecks
-        })),
-        (written): Effect.Effect<void> => {
-          if (Either.isLeft(written)) {
+        }),
+        {
+          onFailure: (error): Effect.Effect<void> => {
             state = undefined
             const pending = waiting.map(([command]) => command)
-            if (written.left._tag === "KeyNoLongerValid") {
+            if (error._tag === "KeyNoLongerValid") {
               // The appends that brought a key the write refused get 401; the others go again.
               const others = pending.filter((command) => {
                 if (command._tag !== "Append" || command.keyCheck == null) return true
@@ -305,31 +305,35 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
               })
               return others.length === 0 ? Effect.void : round(others, attempt)
             }
-            if ((written.left._tag === "SeqTaken" || written.left._tag === "KeyTaken") && attempt < MAX_CONFLICT_RETRIES) {
+            if ((error._tag === "SeqTaken" || error._tag === "KeyTaken") && attempt < MAX_CONFLICT_RETRIES) {
               return round(pending, attempt + 1)
             }
             // Refused for its deadline, the group wrote nothing now; but a re-send (its owner lost)
             // decided just in time may have been stored by the first owner. Decided again, past
             // their deadline its commands are looked up: the stored activity, or the 503 as before.
-            if (written.left._tag === "TooLate" && attempt === 0) return round(pending, attempt + 1)
+            if (error._tag === "TooLate" && attempt === 0) return round(pending, attempt + 1)
             // Past the first attempt a conflict may be this very draft, stored meanwhile (a re-send).
             // A status change may be stored only by this write: a close whose answer was lost committed.
-            const unanswered = written.left._tag === "WriteFailed" && isOutcomeUnknown(written.left.cause)
+            const unanswered = error._tag === "WriteFailed" && isOutcomeUnknown(error.cause)
             return failUnwritten(pending, (command) => unanswered || (command._tag === "Append" && attempt > 0))
-          }
-          const inserted = written.right
-          const last = inserted[inserted.length - 1]!
-          state = { ...current, head_seq: last.seq, status, updated_at: last.inserted_at }
-          const answer = Effect.sync(() => {
-            // Most rounds write one draft: no map for them.
-            const byNewId = inserted.length === 1 ? undefined : new Map(inserted.map((a) => [a.id, a]))
-            for (const [command, id] of waiting) {
-              if (command._tag === "Append") command.done(Exit.succeed(byNewId === undefined ? inserted[0]! : byNewId.get(id!)!))
-              else command.done(Exit.succeed({ changed: true }))
+          },
+          onSuccess: (inserted): Effect.Effect<void> => {
+            const last = inserted[inserted.length - 1]!
+            state = { ...current, head_seq: last.seq, status, updated_at: last.inserted_at }
+            const answer = () => {
+              // Most rounds write one draft: no map for them.
+              const byNewId = inserted.length === 1 ? undefined : new Map(inserted.map((a) => [a.id, a]))
+              for (const [command, id] of waiting) {
+                if (command._tag === "Append") command.done(Exit.succeed(byNewId === undefined ? inserted[0]! : byNewId.get(id!)!))
+                else command.done(Exit.succeed({ changed: true }))
+              }
             }
-          })
-          // With no stream open nobody is subscribed: publishing would only cost.
-          return subscribers > 0 && live !== undefined ? Effect.zipRight(PubSub.publishAll(live, inserted), answer) : answer
+            // Listeners get the activities before their writers' answers. With no stream open nobody
+            // is subscribed: publishing would only cost.
+            if (subscribers > 0 && live !== undefined) return Effect.zipRight(PubSub.publishAll(live, inserted), Effect.sync(answer))
+            answer()
+            return Effect.void
+          }
         }
       )
     }
@@ -410,22 +414,28 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
     let busy = false
     let wakeCore: (() => void) | undefined
 
+    const endTurn = () => {
+      busy = false
+      wakeCore?.()
+    }
+
+    /**
+     * One round, then the turn is given back. Its callers (an inline append, the core's fiber) run
+     * it uninterruptibly, so it always reaches its end: no `ensuring` (a finalizer scope per round).
+     */
     const runRound = (commands: ReadonlyArray<Command>) =>
-      round(commands, 0).pipe(
-        Effect.catchAllCause((cause) =>
-          Effect.logError("conversation round failed unexpectedly", cause).pipe(
-            Effect.zipRight(Effect.sync(() => {
+      Effect.matchCauseEffect(round(commands, 0), {
+        onFailure: (cause) =>
+          Effect.zipRight(
+            Effect.sync(() => {
               state = undefined
               for (const command of commands) (command.done as StatusDone)(Exit.failCause(cause))
-            }))
-          )
-        ),
-        Effect.ensuring(Effect.sync(() => {
-          busy = false
-          wakeCore?.()
-        })),
-        Effect.uninterruptible
-      )
+              endTurn()
+            }),
+            Effect.logError("conversation round failed unexpectedly", cause)
+          ),
+        onSuccess: () => Effect.sync(endTurn)
+      })
 
     /**
      * Waits until no round runs and commands wait. Takes nothing: a fiber interrupted right after

@@ -88,6 +88,13 @@ export class ConversationCores extends Effect.Service<ConversationCores>()("parl
       return open
     }
 
-    return { get, isOwned, running: () => running.size, streams } as const
+    return {
+      get,
+      /** The conversation's core if it runs already (without an effect: the append path's common case). */
+      find: existing,
+      isOwned,
+      running: () => running.size,
+      streams
+    } as const
   })
 }) {}

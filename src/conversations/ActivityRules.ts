@@ -173,16 +173,15 @@ export const checkActivity = (input: ActivityInput): Effect.Effect<CheckedActivi
       text = derived === null ? null : truncateUtf8(derived, Limits.text)
     }
 
-    return problems.checkMessage("the activity is invalid").pipe(
-      Effect.as({
-        type: type as ActivityType,
-        sender,
-        text,
-        attachments,
-        metadata,
-        reply_to_id: replyToId,
-        message_type: messageType,
-        payload
-      })
-    )
+    const checked: CheckedActivity = {
+      type: type as ActivityType,
+      sender,
+      text,
+      attachments,
+      metadata,
+      reply_to_id: replyToId,
+      message_type: messageType,
+      payload
+    }
+    return problems.isEmpty ? Effect.succeed(checked) : Effect.as(problems.checkMessage("the activity is invalid"), checked)
   })

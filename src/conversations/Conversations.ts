@@ -1,5 +1,5 @@
 import { Cause, Data, Effect, Either, Option, Schedule } from "effect"
-import type { AppendRequest } from "../../cluster/ConversationCore.js"
+import type { AppendRequest, ConversationCore } from "../../cluster/ConversationCore.js"
 import { ConversationCores } from "../../cluster/ConversationCores.js"
 import { ConversationEntity } from "../../cluster/ConversationEntity.js"
 import { answerWithin } from "../concurrency/WorkQueue.js"
@@ -220,14 +220,15 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
           (notStored) => settleUnanswered(conversationId, request, notStored)
         )
       )
-      return cores.isOwned(conversationId)
-        ? cores.get(conversationId).pipe(
-          Effect.flatMap((core) => core.append(request, { ms: answerWithinMs(), onTimeout: () => new Unanswered() })),
-          Effect.catchTag("Moved", () => viaCluster),
-          // Here the delay or the broken write was the database's.
-          Effect.catchIf(tagged("Unanswered", "WriteOutcomeUnknown"), () => settleUnanswered(conversationId, request, databaseUnavailable))
-        )
-        : viaCluster
+      if (!cores.isOwned(conversationId)) return viaCluster
+      const onCore = (core: ConversationCore) => core.append(request, { ms: answerWithinMs(), onTimeout: () => new Unanswered() })
+      const running = cores.find(conversationId)
+      // A running core is taken at once (most appends), without an effect to look it up.
+      return (running !== undefined ? onCore(running) : Effect.flatMap(cores.get(conversationId), onCore)).pipe(
+        Effect.catchTag("Moved", () => viaCluster),
+        // Here the delay or the broken write was the database's.
+        Effect.catchIf(tagged("Unanswered", "WriteOutcomeUnknown"), () => settleUnanswered(conversationId, request, databaseUnavailable))
+      )
     }
 
     /** The conversation if it is within the caller's reach; 404 otherwise, as for a missing one. */

@@ -62,9 +62,9 @@ const readBody = (text: string): ActivityInput | string => {
 }
 
 /** An answer about this request's own write, which checked the key: its draft stored, or its outcome unknown. */
-const ownWrite = <E>(exit: Exit.Exit<{ readonly data: Activity }, E>, draftId: string) =>
+const ownWrite = <E>(exit: Exit.Exit<Activity, E>, draftId: string) =>
   Exit.isSuccess(exit)
-    ? exit.value.data.id === draftId
+    ? exit.value.id === draftId
     : Option.exists(Cause.failureOption(exit.cause), (error) => error instanceof OutcomeUnknown)
 
 /**
@@ -74,7 +74,7 @@ const ownWrite = <E>(exit: Exit.Exit<{ readonly data: Activity }, E>, draftId: s
  * gets its 401 as with a lookup first.
  */
 const confirmedUnlessOwnWrite = <E, E2>(
-  append: Effect.Effect<{ readonly data: Activity }, E>,
+  append: Effect.Effect<Activity, E>,
   draftId: string,
   lookUp: () => Effect.Effect<unknown, E2>
 ) => Effect.flatMap(Effect.exit(append), (exit) => (ownWrite(exit, draftId) ? exit : Effect.zipRight(lookUp(), exit)))
@@ -123,10 +123,10 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
     }
 
     /** The answer to a request: 201 with what it appended, or the failure's. */
-    const answerFor = <E>(appended: Effect.Effect<{ readonly data: Activity }, E>, requestId: string): Effect.Effect<Answer> =>
+    const answerFor = <E>(appended: Effect.Effect<Activity, E>, requestId: string): Effect.Effect<Answer> =>
       appended.pipe(
         Effect.matchCauseEffect({
-          onSuccess: (body): Effect.Effect<Answer> => Effect.succeed({ status: 201, body }),
+          onSuccess: (data): Effect.Effect<Answer> => Effect.succeed({ status: 201, body: { data } }),
           onFailure: (cause) => fromCause(cause, requestId)
         })
       )
@@ -185,19 +185,21 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
       // The request has arrived once its body has: a slow upload is not the write's time.
       const arrivedAt = Date.now()
       const requestId = requestIdFrom(header(request, "x-request-id"))
+      // Nested flatMaps, not `Effect.zip`: zip runs through `Effect.all` (a loop, a finalizer scope).
       runFork(
-        Effect.flatMap(Effect.zip(answer(request, conversationId, text, requestId, arrivedAt), lifecycle.isDraining), ([result, draining]) => {
-          const seconds = respond(response, requestId, result, started, draining)
-          return accessLog
-            ? Effect.logDebug("http request").pipe(Effect.annotateLogs({
-              request_id: requestId,
-              method: "POST",
-              route: TEMPLATE,
-              status: result.status,
-              duration_ms: Math.round(seconds * 1000)
-            }))
-            : Effect.void
-        })
+        Effect.flatMap(answer(request, conversationId, text, requestId, arrivedAt), (result) =>
+          Effect.flatMap(lifecycle.isDraining, (draining) => {
+            const seconds = respond(response, requestId, result, started, draining)
+            return accessLog
+              ? Effect.logDebug("http request").pipe(Effect.annotateLogs({
+                request_id: requestId,
+                method: "POST",
+                route: TEMPLATE,
+                status: result.status,
+                duration_ms: Math.round(seconds * 1000)
+              }))
+              : Effect.void
+          }))
       )
     }
 

@@ -11,9 +11,10 @@ import { ParleyApi } from "./ParleyApi.js"
 import { RequestArrival } from "./RequestId.js"
 
 /**
- * `POST /conversations/:id/activities` once the caller is known: scope, rate limit, append. A retry
- * over the limit whose idempotency key is already stored gets its activity, as any retry does.
- * `arrivedAt` is when the request arrived (epoch ms): the append's time budget counts from it.
+ * `POST /conversations/:id/activities` once the caller is known: scope, rate limit, append; the
+ * answer is the stored activity (its route answers `{ data }`). A retry over the limit whose
+ * idempotency key is already stored gets its activity, as any retry does. `arrivedAt` is when the
+ * request arrived (epoch ms): the append's time budget counts from it.
  */
 export const postActivity = (conversations: Conversations, limiter: RateLimiter) =>
 (
@@ -35,8 +36,7 @@ export const postActivity = (conversations: Conversations, limiter: RateLimiter)
     Effect.catchTag("RateLimited", (limited) =>
       idempotencyKey === undefined ? Effect.fail(limited) : conversations.storedUnderKey(credential, conversationId, idempotencyKey).pipe(
         Effect.flatMap(Option.match({ onNone: () => Effect.fail(limited), onSome: Effect.succeed }))
-      )),
-    Effect.map((data) => ({ data }))
+      ))
   )
 
 export const ConversationsHandlers = HttpApiBuilder.group(ParleyApi, "conversations", (handlers) =>
@@ -59,7 +59,8 @@ export const ConversationsHandlers = HttpApiBuilder.group(ParleyApi, "conversati
       .handle("appendActivity", ({ headers, path, payload }) =>
         Effect.flatMap(
           Effect.all([CurrentCredential, RequestArrival]),
-          ([credential, arrivedAt]) => post(credential, path.id, payload, headers["x-idempotency-key"], arrivedAt ?? Date.now())
+          ([credential, arrivedAt]) =>
+            Effect.map(post(credential, path.id, payload, headers["x-idempotency-key"], arrivedAt ?? Date.now()), (data) => ({ data }))
         ))
       .handle("listActivities", ({ path, urlParams }) =>
         Effect.gen(function*() {

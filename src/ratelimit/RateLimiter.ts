@@ -153,14 +153,20 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
         Effect.tap((limits) => Effect.sync(() => tenantLimits.set(tenantId, { at: Date.now(), limits })))
       )
 
+    /** The tenant's overrides if they were read less than a TTL ago. */
+    const freshOverrides = (tenantId: string): Overrides | undefined => {
+      const cached = tenantLimits.get(tenantId)
+      return cached !== undefined && Date.now() - cached.at < TENANT_LIMITS_TTL_MS ? cached.limits : undefined
+    }
+
     /**
      * The tenant's overrides, at most a TTL old: a stale entry is read again before the decision, by
      * one read that every request arriving meanwhile waits for. A busy tenant costs one query a TTL.
      */
     const overrideOf = (tenantId: string): Effect.Effect<Overrides> =>
       Effect.suspend(() => {
-        const cached = tenantLimits.get(tenantId)
-        if (cached !== undefined && Date.now() - cached.at < TENANT_LIMITS_TTL_MS) return Effect.succeed(cached.limits)
+        const fresh = freshOverrides(tenantId)
+        if (fresh !== undefined) return Effect.succeed(fresh)
         const pending = reading.get(tenantId)
         if (pending !== undefined) return Deferred.await(pending)
         const read = Deferred.unsafeMake<Overrides>(FiberId.none)
@@ -175,13 +181,9 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
         )
       })
 
-    /** Tenant override, then `RATE_LIMITS`, then the built-in default. */
-    const windowOf = (bucket: Bucket, tenantId: string | null): Effect.Effect<Window> => {
-      const fallback = installation[bucket] ?? defaultWindows[bucket]
-      return tenantId !== null && OVERRIDABLE.has(bucket)
-        ? Effect.map(overrideOf(tenantId), (overrides) => overrides[bucket as OverridableBucket] ?? fallback)
-        : Effect.succeed(fallback)
-    }
+    /** Tenant override (of an overridable bucket), then `RATE_LIMITS`, then the built-in default. */
+    const windowIn = (bucket: Bucket, overrides: Overrides | undefined): Window =>
+      overrides?.[bucket as OverridableBucket] ?? installation[bucket] ?? defaultWindows[bucket]
 
     const slotId = (bucket: string, key: string, windowStart: number | string, windowEnd: number | string) =>
       `${bucket}\u0000${key}\u0000${windowStart}\u0000${windowEnd}`
@@ -304,7 +306,14 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
      * request, so plain functions rather than generators.
      */
     const consume = (bucket: Bucket, key: string, tenantId: string | null) =>
-      Effect.flatMap(windowOf(bucket, tenantId), (window) => count(bucket, key, window))
+      Effect.suspend(() => {
+        if (tenantId === null || !OVERRIDABLE.has(bucket)) return count(bucket, key, windowIn(bucket, undefined))
+        // Most decisions find the tenant's overrides fresh: decided at once, no read to wait on.
+        const fresh = freshOverrides(tenantId)
+        return fresh !== undefined
+          ? count(bucket, key, windowIn(bucket, fresh))
+          : Effect.flatMap(overrideOf(tenantId), (overrides) => count(bucket, key, windowIn(bucket, overrides)))
+      })
 
     /** Up to `max` slots that `wanted` accepts, those `first` also accepts ahead of the rest; one pass. */
     const pick = (max: number, wanted: (slot: Slot) => boolean, first: (slot: Slot) => boolean) => {
