@@ -1,6 +1,6 @@
-import { Effect, Either, Schema } from "effect"
+import { Either, Schema } from "effect"
 import { ActivityType } from "../domain/Activity.js"
-import type { InvalidMessage } from "../domain/ApiError.js"
+import { InvalidMessage } from "../domain/ApiError.js"
 import { exceedsCharacters } from "../domain/Characters.js"
 import { Problems } from "../domain/Problems.js"
 import { findUnstorable } from "../domain/Unstorable.js"
@@ -93,95 +93,96 @@ const checkAttachments = (input: unknown, problems: Problems): ReadonlyArray<Rec
  * Checks a posted activity against every documented rule that needs no database (422
  * `invalid_message`, details keyed by stored field names). `reply_to_id` existence is checked later.
  */
-export const checkActivity = (input: ActivityInput): Effect.Effect<CheckedActivity, InvalidMessage> =>
-  Effect.suspend(() => {
-    const problems = new Problems()
-    const type = input.type === undefined || input.type === null ? "message" : input.type
-    if (!isType(type)) problems.add("type", "unknown or internal activity type")
+export const checkActivity = (input: ActivityInput): Either.Either<CheckedActivity, InvalidMessage> => {
+  const problems = new Problems()
+  const type = input.type === undefined || input.type === null ? "message" : input.type
+  if (!isType(type)) problems.add("type", "unknown or internal activity type")
 
-    let sender = "user"
-    if (input.sender !== undefined && input.sender !== null) {
-      if (typeof input.sender !== "string" || input.sender.length === 0 || exceedsCharacters(input.sender, Limits.sender)) {
-        problems.add("sender", `must be a string of 1 to ${Limits.sender} characters`)
-      } else {
-        checkStorable("sender", input.sender, problems)
-        sender = input.sender
+  let sender = "user"
+  if (input.sender !== undefined && input.sender !== null) {
+    if (typeof input.sender !== "string" || input.sender.length === 0 || exceedsCharacters(input.sender, Limits.sender)) {
+      problems.add("sender", `must be a string of 1 to ${Limits.sender} characters`)
+    } else {
+      checkStorable("sender", input.sender, problems)
+      sender = input.sender
+    }
+  }
+
+  let text: string | null = null
+  if (input.text !== undefined && input.text !== null) {
+    if (typeof input.text !== "string") problems.add("text", "must be a string")
+    else {
+      const limit = type === "messageReaction" ? Limits.reaction : Limits.text
+      if (bytes(input.text) > limit) problems.add("text", `at most ${limit} bytes`)
+      checkStorable("text", input.text, problems)
+      text = input.text
+    }
+  }
+  // The emoji is what a reaction says: one without it says nothing.
+  if (type === "messageReaction" && (text === null || text === "") && problems.errors["text"] === undefined) {
+    problems.add("text", "the reaction's emoji is required for messageReaction")
+  }
+
+  const attachments = checkAttachments(input.attachments, problems)
+  checkStorable("attachments", attachments, problems)
+
+  let metadata: Record<string, unknown> = {}
+  if (input.metadata !== undefined && input.metadata !== null) {
+    if (!isObject(input.metadata)) problems.add("metadata", "must be an object")
+    else if (bytes(JSON.stringify(input.metadata)) > Limits.metadata) problems.add("metadata", `at most ${Limits.metadata} bytes`)
+    else {
+      checkStorable("metadata", input.metadata, problems)
+      metadata = input.metadata
+    }
+  }
+
+  let replyToId: string | null = null
+  if (input.reply_to_id !== undefined && input.reply_to_id !== null) {
+    if (typeof input.reply_to_id !== "string" || !isUuid(input.reply_to_id)) problems.add("reply_to_id", "must be a UUID")
+    else replyToId = input.reply_to_id.toLowerCase()
+  } else if (typeof type === "string" && NEEDS_TARGET.has(type)) {
+    problems.add("reply_to_id", `is required for ${type}`)
+  }
+
+  let messageType: string | null = null
+  let payload: Record<string, unknown> | null = null
+  const hasType = input.message_type !== undefined && input.message_type !== null
+  const hasPayload = input.payload !== undefined && input.payload !== null
+  if (hasType || hasPayload) {
+    if (type !== "message") problems.add("message_type", "typed messages must have type message")
+    if (!hasType) problems.add("message_type", "is required with payload")
+    else if (typeof input.message_type !== "string" || !MESSAGE_TYPE_NAME.test(input.message_type)) {
+      problems.add("message_type", "must be a renderer name")
+    } else messageType = input.message_type
+    if (!hasPayload) problems.add("payload", "is required with message_type")
+    else if (!isObject(input.payload)) problems.add("payload", "must be an object")
+    else if (bytes(JSON.stringify(input.payload)) > Limits.payload) problems.add("payload", `at most ${Limits.payload} bytes`)
+    else {
+      const unstorable = findUnstorable(input.payload)
+      if (unstorable !== undefined) problems.add("payload", unstorable.problem)
+      else if (messageType !== null) {
+        const checked = checkPayload(messageType, input.payload)
+        if (Either.isLeft(checked)) checked.left.forEach((message) => problems.add("payload", message))
+        else payload = input.payload
       }
     }
+  }
+  if (messageType !== null && payload !== null && text === null) {
+    const derived = textOf(messageType, payload)
+    text = derived === null ? null : truncateUtf8(derived, Limits.text)
+  }
 
-    let text: string | null = null
-    if (input.text !== undefined && input.text !== null) {
-      if (typeof input.text !== "string") problems.add("text", "must be a string")
-      else {
-        const limit = type === "messageReaction" ? Limits.reaction : Limits.text
-        if (bytes(input.text) > limit) problems.add("text", `at most ${limit} bytes`)
-        checkStorable("text", input.text, problems)
-        text = input.text
-      }
-    }
-    // The emoji is what a reaction says: one without it says nothing.
-    if (type === "messageReaction" && (text === null || text === "") && problems.errors["text"] === undefined) {
-      problems.add("text", "the reaction's emoji is required for messageReaction")
-    }
-
-    const attachments = checkAttachments(input.attachments, problems)
-    checkStorable("attachments", attachments, problems)
-
-    let metadata: Record<string, unknown> = {}
-    if (input.metadata !== undefined && input.metadata !== null) {
-      if (!isObject(input.metadata)) problems.add("metadata", "must be an object")
-      else if (bytes(JSON.stringify(input.metadata)) > Limits.metadata) problems.add("metadata", `at most ${Limits.metadata} bytes`)
-      else {
-        checkStorable("metadata", input.metadata, problems)
-        metadata = input.metadata
-      }
-    }
-
-    let replyToId: string | null = null
-    if (input.reply_to_id !== undefined && input.reply_to_id !== null) {
-      if (typeof input.reply_to_id !== "string" || !isUuid(input.reply_to_id)) problems.add("reply_to_id", "must be a UUID")
-      else replyToId = input.reply_to_id.toLowerCase()
-    } else if (typeof type === "string" && NEEDS_TARGET.has(type)) {
-      problems.add("reply_to_id", `is required for ${type}`)
-    }
-
-    let messageType: string | null = null
-    let payload: Record<string, unknown> | null = null
-    const hasType = input.message_type !== undefined && input.message_type !== null
-    const hasPayload = input.payload !== undefined && input.payload !== null
-    if (hasType || hasPayload) {
-      if (type !== "message") problems.add("message_type", "typed messages must have type message")
-      if (!hasType) problems.add("message_type", "is required with payload")
-      else if (typeof input.message_type !== "string" || !MESSAGE_TYPE_NAME.test(input.message_type)) {
-        problems.add("message_type", "must be a renderer name")
-      } else messageType = input.message_type
-      if (!hasPayload) problems.add("payload", "is required with message_type")
-      else if (!isObject(input.payload)) problems.add("payload", "must be an object")
-      else if (bytes(JSON.stringify(input.payload)) > Limits.payload) problems.add("payload", `at most ${Limits.payload} bytes`)
-      else {
-        const unstorable = findUnstorable(input.payload)
-        if (unstorable !== undefined) problems.add("payload", unstorable.problem)
-        else if (messageType !== null) {
-          const checked = checkPayload(messageType, input.payload)
-          if (Either.isLeft(checked)) checked.left.forEach((message) => problems.add("payload", message))
-          else payload = input.payload
-        }
-      }
-    }
-    if (messageType !== null && payload !== null && text === null) {
-      const derived = textOf(messageType, payload)
-      text = derived === null ? null : truncateUtf8(derived, Limits.text)
-    }
-
-    const checked: CheckedActivity = {
-      type: type as ActivityType,
-      sender,
-      text,
-      attachments,
-      metadata,
-      reply_to_id: replyToId,
-      message_type: messageType,
-      payload
-    }
-    return problems.isEmpty ? Effect.succeed(checked) : Effect.as(problems.checkMessage("the activity is invalid"), checked)
-  })
+  const checked: CheckedActivity = {
+    type: type as ActivityType,
+    sender,
+    text,
+    attachments,
+    metadata,
+    reply_to_id: replyToId,
+    message_type: messageType,
+    payload
+  }
+  return problems.isEmpty
+    ? Either.right(checked)
+    : Either.left(new InvalidMessage({ message: "the activity is invalid", fields: problems.errors }))
+}

@@ -302,35 +302,36 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
     ) => {
       // On every append: combinators, not a generator (each `Effect.gen` costs about 2 µs).
       const key = options.idempotencyKey
-      const checkedAndWritten = checkActivity(input).pipe(
-        Effect.flatMap((checked) => {
-          if (key !== null && (key.length === 0 || key.length > 255)) {
-            return Effect.fail(new BadRequest({ message: "x-idempotency-key must be 1 to 255 characters" }))
-          }
-          // One entity per conversation, however the caller spelled its id.
-          const id = conversationId.toLowerCase()
-          const check = options.keyCheck
-          // Field by field: a spread with fields added takes V8's slow path.
-          const draft: ActivityDraft = {
-            id: check?.draftId ?? crypto.randomUUID(),
-            type: checked.type,
-            sender: checked.sender,
-            text: checked.text,
-            attachments: checked.attachments,
-            metadata: checked.metadata,
-            idempotency_key: key,
-            reply_to_id: checked.reply_to_id,
-            message_type: checked.message_type,
-            payload: checked.payload,
-            source_channel_id: options.sourceChannelId
-          }
-          const request = { tenantId: scope.tenantId, draft, deadline: options.arrivedAt + WRITE_DEADLINE_MS, keyCheck: check?.keyId ?? null }
-          const write = appendTo(id, request, options.arrivedAt)
-          return checked.reply_to_id === null ? write : checkTarget(scope.tenantId, id, checked, key).pipe(
-            Effect.flatMap(Option.match({ onNone: () => write, onSome: Effect.succeed }))
-          )
-        })
-      )
+      const checkedAndWritten = Effect.suspend(() => {
+        const checking = checkActivity(input)
+        if (Either.isLeft(checking)) return Effect.fail(checking.left)
+        const checked = checking.right
+        if (key !== null && (key.length === 0 || key.length > 255)) {
+          return Effect.fail(new BadRequest({ message: "x-idempotency-key must be 1 to 255 characters" }))
+        }
+        // One entity per conversation, however the caller spelled its id.
+        const id = conversationId.toLowerCase()
+        const check = options.keyCheck
+        // Field by field: a spread with fields added takes V8's slow path.
+        const draft: ActivityDraft = {
+          id: check?.draftId ?? crypto.randomUUID(),
+          type: checked.type,
+          sender: checked.sender,
+          text: checked.text,
+          attachments: checked.attachments,
+          metadata: checked.metadata,
+          idempotency_key: key,
+          reply_to_id: checked.reply_to_id,
+          message_type: checked.message_type,
+          payload: checked.payload,
+          source_channel_id: options.sourceChannelId
+        }
+        const request = { tenantId: scope.tenantId, draft, deadline: options.arrivedAt + WRITE_DEADLINE_MS, keyCheck: check?.keyId ?? null }
+        const write = appendTo(id, request, options.arrivedAt)
+        return checked.reply_to_id === null ? write : checkTarget(scope.tenantId, id, checked, key).pipe(
+          Effect.flatMap(Option.match({ onNone: () => write, onSome: Effect.succeed }))
+        )
+      })
       // The entity checks the tenant itself; only a channel-bound caller needs a look first.
       return scope.channelId === null
         ? checkedAndWritten

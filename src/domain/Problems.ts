@@ -1,5 +1,5 @@
 import { Effect } from "effect"
-import { type FieldErrors, InvalidMessage, ValidationFailed } from "./ApiError.js"
+import { type FieldErrors, ValidationFailed } from "./ApiError.js"
 import { exceedsCharacters } from "./Characters.js"
 
 /** The longest name of any resource, in characters (code points), as the name columns count them. */
@@ -46,10 +46,5 @@ export class Problems {
   /** 422 `validation_failed` when anything was added. */
   check(message = "validation failed"): Effect.Effect<void, ValidationFailed> {
     return this.isEmpty ? Effect.void : Effect.fail(new ValidationFailed({ message, fields: this.fields }))
-  }
-
-  /** 422 `invalid_message` when anything was added. */
-  checkMessage(message = "invalid activity"): Effect.Effect<void, InvalidMessage> {
-    return this.isEmpty ? Effect.void : Effect.fail(new InvalidMessage({ message, fields: this.fields }))
   }
 }

@@ -1,5 +1,5 @@
 import type { ServerResponse } from "node:http"
-import { Cause, Chunk, Effect, Either, Exit, Option, Runtime, Schema } from "effect"
+import { Cause, Chunk, Effect, Either, Option, Runtime, Schema } from "effect"
 import { logsAtDebug } from "../ops/LogLevels.js"
 import type { ActivityInput } from "../conversations/ActivityRules.js"
 import type { Activity } from "../domain/Activity.js"
@@ -61,23 +61,9 @@ const readBody = (text: string): ActivityInput | string => {
   return Either.isLeft(payload) ? REQUEST_SHAPE_MISMATCH : payload.right
 }
 
-/** An answer about this request's own write, which checked the key: its draft stored, or its outcome unknown. */
-const ownWrite = <E>(exit: Exit.Exit<Activity, E>, draftId: string) =>
-  Exit.isSuccess(exit)
-    ? exit.value.id === draftId
-    : Option.exists(Cause.failureOption(exit.cause), (error) => error instanceof OutcomeUnknown)
-
-/**
- * The answer to an append made with a key from this node's recent lookups (ADR 0015). Its write
- * checks the key, so an answer about that write stands. Any other (a refusal, the activity an
- * idempotency key names already) waits for a lookup of the key, so that a key revoked meanwhile
- * gets its 401 as with a lookup first.
- */
-const confirmedUnlessOwnWrite = <E, E2>(
-  append: Effect.Effect<Activity, E>,
-  draftId: string,
-  lookUp: () => Effect.Effect<unknown, E2>
-) => Effect.flatMap(Effect.exit(append), (exit) => (ownWrite(exit, draftId) ? exit : Effect.zipRight(lookUp(), exit)))
+/** A failure about this request's own write, which checked the key: its outcome unknown. */
+const aboutOwnWrite = (cause: Cause.Cause<unknown>) =>
+  Option.exists(Cause.failureOption(cause), (error) => error instanceof OutcomeUnknown)
 
 /** The conversation id when the request is one this route answers exactly as the router would. */
 const claimable = (request: AbandonableRequest): string | undefined => {
@@ -122,14 +108,33 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
       )
     }
 
+    const created = (data: Activity): Answer => ({ status: 201, body: { data } })
+
     /** The answer to a request: 201 with what it appended, or the failure's. */
     const answerFor = <E>(appended: Effect.Effect<Activity, E>, requestId: string): Effect.Effect<Answer> =>
-      appended.pipe(
-        Effect.matchCauseEffect({
-          onSuccess: (data): Effect.Effect<Answer> => Effect.succeed({ status: 201, body: { data } }),
-          onFailure: (cause) => fromCause(cause, requestId)
-        })
-      )
+      Effect.matchCauseEffect(appended, {
+        onSuccess: (data) => Effect.succeed(created(data)),
+        onFailure: (cause) => fromCause(cause, requestId)
+      })
+
+    /**
+     * The answer to an append made with a key from this node's recent lookups (ADR 0015). Its write
+     * checks the key, so an answer about that write stands: its draft stored, or its outcome
+     * unknown. Any other (a refusal, the activity an idempotency key names already) waits for a
+     * lookup of the key, so that a key revoked meanwhile gets its 401 as with a lookup first.
+     */
+    const answerConfirmed = <E, E2>(
+      appended: Effect.Effect<Activity, E>,
+      draftId: string,
+      lookUp: () => Effect.Effect<unknown, E2>,
+      requestId: string
+    ): Effect.Effect<Answer> =>
+      Effect.matchCauseEffect(appended, {
+        onSuccess: (data) =>
+          data.id === draftId ? Effect.succeed(created(data)) : answerFor(Effect.as(lookUp(), data), requestId),
+        onFailure: (cause) =>
+          aboutOwnWrite(cause) ? fromCause(cause, requestId) : answerFor(Effect.zipRight(lookUp(), Effect.failCause(cause)), requestId)
+      })
 
     const answer = (request: AbandonableRequest, conversationId: string, text: string, requestId: string, arrivedAt: number) =>
       Effect.suspend((): Effect.Effect<Answer> => {
@@ -150,7 +155,7 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
         if (recent === undefined) return answerFor(Effect.flatMap(lookUp(), (credential) => appendAs(credential)), requestId)
         const draftId = crypto.randomUUID()
         const appended = appendAs(credentialOfKey(recent), { keyId: recent.id, draftId })
-        return answerFor(confirmedUnlessOwnWrite(appended, draftId, lookUp), requestId)
+        return answerConfirmed(appended, draftId, lookUp, requestId)
       })
 
     const respond = (
@@ -185,21 +190,19 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
       // The request has arrived once its body has: a slow upload is not the write's time.
       const arrivedAt = Date.now()
       const requestId = requestIdFrom(header(request, "x-request-id"))
-      // Nested flatMaps, not `Effect.zip`: zip runs through `Effect.all` (a loop, a finalizer scope).
       runFork(
-        Effect.flatMap(answer(request, conversationId, text, requestId, arrivedAt), (result) =>
-          Effect.flatMap(lifecycle.isDraining, (draining) => {
-            const seconds = respond(response, requestId, result, started, draining)
-            return accessLog
-              ? Effect.logDebug("http request").pipe(Effect.annotateLogs({
-                request_id: requestId,
-                method: "POST",
-                route: TEMPLATE,
-                status: result.status,
-                duration_ms: Math.round(seconds * 1000)
-              }))
-              : Effect.void
-          }))
+        Effect.flatMap(answer(request, conversationId, text, requestId, arrivedAt), (result) => {
+          const seconds = respond(response, requestId, result, started, lifecycle.drainingNow())
+          return accessLog
+            ? Effect.logDebug("http request").pipe(Effect.annotateLogs({
+              request_id: requestId,
+              method: "POST",
+              route: TEMPLATE,
+              status: result.status,
+              duration_ms: Math.round(seconds * 1000)
+            }))
+            : Effect.void
+        })
       )
     }
 

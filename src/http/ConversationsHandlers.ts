@@ -5,7 +5,7 @@ import { BadRequest } from "../domain/ApiError.js"
 import { isOpaqueWatermark } from "../domain/Watermark.js"
 import { RateLimiter } from "../ratelimit/RateLimiter.js"
 import type { ActivityInput } from "../conversations/ActivityRules.js"
-import { checkScope, CurrentCredential, markDeprecated, requireScope, type TenantCredential } from "./TenantAuth.js"
+import { CurrentCredential, markDeprecated, requireScope, type TenantCredential, withScope } from "./TenantAuth.js"
 import { decodeCursor, encodeCursor, parseLimit, parseUuid } from "./Paging.js"
 import { ParleyApi } from "./ParleyApi.js"
 import { RequestArrival } from "./RequestId.js"
@@ -25,14 +25,19 @@ export const postActivity = (conversations: Conversations, limiter: RateLimiter)
   arrivedAt: number,
   keyCheck?: KeyCheck
 ) =>
-  checkScope(credential, "write").pipe(
-    Effect.zipRight(limiter.consume("activity_create", credential.tenantId, credential.tenantId)),
-    Effect.zipRight(conversations.append(credential, conversationId, payload, {
-      idempotencyKey: idempotencyKey ?? null,
-      sourceChannelId: null,
-      arrivedAt,
-      keyCheck
-    })),
+  withScope(
+    credential,
+    "write",
+    Effect.zipRight(
+      limiter.consume("activity_create", credential.tenantId, credential.tenantId),
+      conversations.append(credential, conversationId, payload, {
+        idempotencyKey: idempotencyKey ?? null,
+        sourceChannelId: null,
+        arrivedAt,
+        keyCheck
+      })
+    )
+  ).pipe(
     Effect.catchTag("RateLimited", (limited) =>
       idempotencyKey === undefined ? Effect.fail(limited) : conversations.storedUnderKey(credential, conversationId, idempotencyKey).pipe(
         Effect.flatMap(Option.match({ onNone: () => Effect.fail(limited), onSome: Effect.succeed }))

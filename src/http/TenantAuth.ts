@@ -34,11 +34,18 @@ export interface TenantCredential {
 
 export class CurrentCredential extends Context.Tag("parley/CurrentCredential")<CurrentCredential, TenantCredential>() {}
 
-/** 403 `insufficient_scope` unless the credential holds `scope`. */
-export const checkScope = (credential: TenantCredential, scope: Scope) =>
+/** `effect`, or 403 `insufficient_scope` unless the credential holds `scope`. */
+export const withScope = <A, E, R>(
+  credential: TenantCredential,
+  scope: Scope,
+  effect: Effect.Effect<A, E, R>
+): Effect.Effect<A, E | InsufficientScope, R> =>
   credential.scopes.includes(scope)
-    ? Effect.succeed(credential)
+    ? effect
     : Effect.fail(new InsufficientScope({ message: `this key lacks the ${scope} scope`, required: [scope] }))
+
+/** 403 `insufficient_scope` unless the credential holds `scope`. */
+export const checkScope = (credential: TenantCredential, scope: Scope) => withScope(credential, scope, Effect.succeed(credential))
 
 /** 403 `insufficient_scope` unless the request's key holds `scope`. */
 export const requireScope = (scope: Scope) => Effect.flatMap(CurrentCredential, (credential) => checkScope(credential, scope))

@@ -1,14 +1,20 @@
-import { Deferred, Effect, Ref } from "effect"
+import { Deferred, Effect } from "effect"
 
 /** Whether the node is draining, and a signal that long-lived streams and sockets wait on. */
 export class Lifecycle extends Effect.Service<Lifecycle>()("parley/Lifecycle", {
   effect: Effect.gen(function*() {
-    const draining = yield* Ref.make(false)
+    // A plain flag: the append route reads it for every answer, outside any effect.
+    let draining = false
     const drainStarted = yield* Deferred.make<void>()
     return {
-      isDraining: Ref.get(draining),
+      isDraining: Effect.sync(() => draining),
+      /** `isDraining` as read now. */
+      drainingNow: () => draining,
       /** Marks the node as draining: readiness answers 503 `draining` from now on. */
-      startDrain: Ref.set(draining, true).pipe(Effect.zipRight(Deferred.succeed(drainStarted, undefined)), Effect.asVoid),
+      startDrain: Effect.suspend(() => {
+        draining = true
+        return Deferred.succeed(drainStarted, undefined)
+      }).pipe(Effect.asVoid),
       /** Completes when the drain begins. */
       awaitDrain: Deferred.await(drainStarted)
     } as const
