@@ -5,11 +5,12 @@ export class Lifecycle extends Effect.Service<Lifecycle>()("parley/Lifecycle", {
   effect: Effect.gen(function*() {
     // A plain flag: the append route reads it for every answer, outside any effect.
     let draining = false
+    const drainingNow = () => draining
     const drainStarted = yield* Deferred.make<void>()
     return {
-      isDraining: Effect.sync(() => draining),
+      isDraining: Effect.sync(drainingNow),
       /** `isDraining` as read now. */
-      drainingNow: () => draining,
+      drainingNow,
       /** Marks the node as draining: readiness answers 503 `draining` from now on. */
       startDrain: Effect.suspend(() => {
         draining = true

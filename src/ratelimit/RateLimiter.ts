@@ -160,13 +160,11 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
     }
 
     /**
-     * The tenant's overrides, at most a TTL old: a stale entry is read again before the decision, by
-     * one read that every request arriving meanwhile waits for. A busy tenant costs one query a TTL.
+     * The tenant's overrides read again, their entry being stale or missing: by one read that every
+     * request arriving meanwhile waits for. A busy tenant costs one query a TTL.
      */
-    const overrideOf = (tenantId: string): Effect.Effect<Overrides> =>
+    const readOverrides = (tenantId: string): Effect.Effect<Overrides> =>
       Effect.suspend(() => {
-        const fresh = freshOverrides(tenantId)
-        if (fresh !== undefined) return Effect.succeed(fresh)
         const pending = reading.get(tenantId)
         if (pending !== undefined) return Deferred.await(pending)
         const read = Deferred.unsafeMake<Overrides>(FiberId.none)
@@ -312,7 +310,7 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
         const fresh = freshOverrides(tenantId)
         return fresh !== undefined
           ? count(bucket, key, windowIn(bucket, fresh))
-          : Effect.flatMap(overrideOf(tenantId), (overrides) => count(bucket, key, windowIn(bucket, overrides)))
+          : Effect.flatMap(readOverrides(tenantId), (overrides) => count(bucket, key, windowIn(bucket, overrides)))
       })
 
     /** Up to `max` slots that `wanted` accepts, those `first` also accepts ahead of the rest; one pass. */
