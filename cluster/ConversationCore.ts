@@ -1,7 +1,7 @@
 import { Data, Effect, Either, Exit, Option, PubSub, Stream } from "effect"
 import { answerWithin, awaitReply, type Reply } from "../src/concurrency/WorkQueue.js"
 import { DELETED_TARGET, refusedOnDeletedTarget } from "../src/conversations/ActivityRules.js"
-import { ActivityStore, type PlannedDelivery } from "../src/conversations/ActivityStore.js"
+import { ActivityStore, MAX_STATEMENT_JSON, type PlannedDelivery } from "../src/conversations/ActivityStore.js"
 import { isOutcomeUnknown } from "../src/db/SqlErrors.js"
 import { inSeqOrder, livePubSub } from "../src/conversations/SeqFollower.js"
 import { type ConversationState, ConversationStateRepo } from "../src/conversations/ConversationState.js"
@@ -52,6 +52,13 @@ type Command =
 
 /** Commands taken from the inbox in one round; they share one write group. */
 const MAX_COMMANDS_PER_ROUND = 256
+/**
+ * The drafts of one round as JSON at the most, past its first command. A group is written whole in
+ * one statement, with a delivery copy of each activity: so it stays within a statement's JSON
+ * (ActivityStore). Without it, a round of many large appends made one group that outlasted the
+ * statement timeout, failed whole, and formed again from the same appends retried.
+ */
+const MAX_ROUND_JSON = MAX_STATEMENT_JSON / 2
 /** How often a round is retried after another writer moved the head (two owners for a moment). */
 const MAX_CONFLICT_RETRIES = 5
 const REPLAY_PAGE = 500
@@ -454,11 +461,23 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
       return Effect.sync(() => (wakeCore = undefined))
     })
 
+    /** The commands of the next round, from the head of the inbox: at least one, within the bounds above. */
+    const nextRound = () => {
+      let taken = 0
+      let size = 0
+      for (const command of inbox) {
+        if (command._tag === "Append") size += JSON.stringify(command.draft).length
+        if (taken === MAX_COMMANDS_PER_ROUND || (taken > 0 && size > MAX_ROUND_JSON)) break
+        taken++
+      }
+      return inbox.splice(0, taken)
+    }
+
     /** Takes the waiting commands and the turn, unless an inline caller took the turn meanwhile. */
     const takeTurn = Effect.suspend(() => {
       if (busy || inbox.length === 0) return Effect.void
       busy = true
-      return runRound(inbox.splice(0, MAX_COMMANDS_PER_ROUND))
+      return runRound(nextRound())
     })
 
     // Once closed (the core dropped or the node stopping), commands are answered `Moved` at once.

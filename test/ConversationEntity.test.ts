@@ -6,9 +6,10 @@ import { type AppendRequest, makeConversationCore, type StatusRequest } from "..
 import { ConversationCores } from "../cluster/ConversationCores.js"
 import { moved } from "../cluster/ConversationEntityLive.js"
 import { ConversationEntity } from "../cluster/ConversationEntity.js"
-import { ActivityStore } from "../src/conversations/ActivityStore.js"
+import { ActivityStore, MAX_STATEMENT_JSON } from "../src/conversations/ActivityStore.js"
 import { Conversations } from "../src/conversations/Conversations.js"
 import { ConversationStateRepo } from "../src/conversations/ConversationState.js"
+import type { ActivityDraft } from "../src/domain/Activity.js"
 import { holdConversationRow, query, serverUrl } from "./support/TestDatabase.js"
 import { messageDraft, storedTexts, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { TestNodeLive } from "./support/TestNode.js"
@@ -42,6 +43,15 @@ const storedThroughEntity = (text: string) =>
     const first = yield* entity(conversationId).Append({ tenantId: tenant.id, draft: message, deadline: Date.now() + 5000 })
     return { conversationId, entity, first, message, tenant }
   })
+
+/** Waits until a statement of the test database waits for a row lock (a write held up by a test's transaction). */
+const untilAStatementWaitsForALock = query<{ n: string }>(
+  "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+).pipe(
+  Effect.filterOrFail((rows) => Number(rows[0]!.n) > 0, () => "not waiting yet"),
+  Effect.retry(Schedule.spaced("20 millis").pipe(Schedule.upTo("10 seconds"))),
+  Effect.orDie
+)
 
 /** What a call ends with when its owner stopped it mid-way (a handoff past the entity termination timeout). */
 const interruptedByOwner = Effect.failCause(Cause.interrupt(FiberId.make(1_000_000, 0)))
@@ -388,13 +398,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
           yield* sql`SELECT 1 FROM conversations WHERE id = ${conversationId} FOR UPDATE`
           const first = yield* Effect.fork(append("first"))
           // Its write waits for the row: the next commands queue for one round, in the order sent.
-          yield* query<{ n: string }>(
-            "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
-          ).pipe(
-            Effect.filterOrFail((rows) => Number(rows[0]!.n) > 0, () => "not waiting yet"),
-            Effect.retry(Schedule.spaced("20 millis").pipe(Schedule.upTo("10 seconds"))),
-            Effect.orDie
-          )
+          yield* untilAStatementWaitsForALock
           const second = yield* Effect.fork(append("I am here"))
           // Well within the writer's lock wait (WRITE_LOCK_TIMEOUT_MS), with the 300 ms below.
           yield* Effect.sleep("100 millis")
@@ -413,6 +417,43 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
         expect((yield* Fiber.join(second)).seq).toBe(2)
         expect(yield* Fiber.join(expiry)).toEqual({ changed: false })
         expect(yield* storedTexts(conversationId)).toEqual([[1, "first"], [2, "I am here"]])
+      })
+  )
+
+  it.effect.runIf(serverUrl !== undefined)(
+    "appends queued behind a held-up write go in rounds whose drafts fit one batch statement",
+    () =>
+      Effect.gen(function*() {
+        const { conversationId, tenant } = yield* tenantWithConversation
+        const sql = yield* SqlClient.SqlClient
+        const entity = yield* ConversationEntity.client
+        const append = (draft: ActivityDraft) =>
+          entity(conversationId).Append({ tenantId: tenant.id, draft, deadline: Date.now() + 10_000 })
+        // Near the documents' limits (about 120 kB of JSON each): 60 of them are about 7 MB.
+        const large = (i: number): ActivityDraft => ({
+          ...messageDraft(`${i} `.padEnd(65_536, "x")),
+          metadata: { note: "m".repeat(16_000) },
+          attachments: Array.from({ length: 10 }, () => ({ contentType: "text/plain", content: "a".repeat(4_000) }))
+        })
+        const [first, rest] = yield* sql.withTransaction(Effect.gen(function*() {
+          yield* sql`SELECT 1 FROM conversations WHERE id = ${conversationId} FOR UPDATE`
+          const first = yield* Effect.fork(append(messageDraft("first")))
+          yield* untilAStatementWaitsForALock
+          const rest = yield* Effect.forEach(Array.from({ length: 60 }, (_, i) => i), (i) => Effect.fork(append(large(i))))
+          // Well within the writer's lock wait (WRITE_LOCK_TIMEOUT_MS).
+          yield* Effect.sleep("300 millis")
+          return [first, rest] as const
+        }))
+        const seqs = [(yield* Fiber.join(first)).seq, ...(yield* Effect.forEach(rest, (fiber) => Effect.map(Fiber.join(fiber), (a) => a.seq)))]
+        expect(seqs.sort((a, b) => a - b)).toEqual(Array.from({ length: 61 }, (_, i) => i + 1))
+        // A round's activities are written by one statement, in one transaction: they share `inserted_at`.
+        const rounds = yield* query<{ activities: string; bytes: string }>(
+          `SELECT count(*) AS activities, sum(octet_length(text) + octet_length(metadata::text) + octet_length(attachments::text)) AS bytes
+           FROM activities WHERE conversation_id = $1 AND seq > 1 GROUP BY inserted_at`,
+          [conversationId]
+        )
+        expect(rounds.length).toBeGreaterThan(1)
+        for (const round of rounds) expect(Number(round.bytes)).toBeLessThanOrEqual(MAX_STATEMENT_JSON / 2)
       })
   )
 

@@ -77,7 +77,7 @@ const MAX_GROUPS_PER_TRANSACTION = 128
  * that with a delivery) outlasted the statement timeout and failed whole, the next one alike: one
  * client sending large activities stopped every append of the node. 8 MiB takes about 0.2 s.
  */
-const MAX_STATEMENT_JSON = 8 * 1024 * 1024
+export const MAX_STATEMENT_JSON = 8 * 1024 * 1024
 /**
  * Batch statements in flight at once at the most; each holds one pool connection. One statement
  * at a time makes the largest batches, which cost least per append (measured: a second statement
