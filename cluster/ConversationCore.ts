@@ -466,8 +466,9 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
       let taken = 0
       let size = 0
       for (const command of inbox) {
+        if (taken === MAX_COMMANDS_PER_ROUND) break
         if (command._tag === "Append") size += JSON.stringify(command.draft).length
-        if (taken === MAX_COMMANDS_PER_ROUND || (taken > 0 && size > MAX_ROUND_JSON)) break
+        if (taken > 0 && size > MAX_ROUND_JSON) break
         taken++
       }
       return inbox.splice(0, taken)
