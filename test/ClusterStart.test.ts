@@ -2,9 +2,26 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect, Fiber, Schedule } from "effect"
 import { connect } from "node:net"
 import Pg from "pg"
+import { runnerListenHost } from "../cluster/ClusterLive.js"
 import { SETUP_LOCK } from "../src/db/SetupLock.js"
 import { spawnNode } from "./support/NodeProcess.js"
 import { serverUrl, TestDatabase, TestDatabaseLive } from "./support/TestDatabase.js"
+
+describe("where a runner listens", () => {
+  it("on its own address on loopback, else on every interface of the family its peers dial", () => {
+    expect(runnerListenHost("127.0.0.1", [])).toBe("127.0.0.1")
+    expect(runnerListenHost("localhost", [])).toBe("localhost")
+    expect(runnerListenHost("::1", [])).toBe("::1")
+    expect(runnerListenHost("10.0.0.7", [])).toBe("0.0.0.0")
+    expect(runnerListenHost("fd00::7", [])).toBe("::")
+    expect(runnerListenHost("node-b", ["10.0.0.8"])).toBe("0.0.0.0")
+    expect(runnerListenHost("node-b", ["10.0.0.8", "fd00::8"])).toBe("0.0.0.0")
+    // An IPv6-only cluster: on 0.0.0.0 no peer could reach this node.
+    expect(runnerListenHost("node-b", ["fd00::8"])).toBe("::")
+    // Not resolvable (yet): as before, every IPv4 interface.
+    expect(runnerListenHost("node-b", [])).toBe("0.0.0.0")
+  })
+})
 
 describe.skipIf(serverUrl === undefined)("cluster start", () => {
   // Each node creates the cluster's tables and types on a new database; without a lock, one of
