@@ -380,8 +380,11 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
       const lookup = late
         ? store.findSettled(current.tenant_id, conversationId, ids, keys)
         : store.findExisting(current.tenant_id, conversationId, ids, keys)
-      const deletedTargets = targets.length === 0 ? Effect.succeed(NO_IDS) : store.deletedAmong(conversationId, targets)
-      return Effect.flatMap(Effect.either(readFor(commands, Effect.zip(lookup, deletedTargets))), (read) =>
+      // With edits or reactions, their targets are read at the same time as the drafts.
+      const reads = targets.length === 0
+        ? Effect.map(lookup, (found) => [found, NO_IDS] as const)
+        : Effect.zip(lookup, store.deletedAmong(conversationId, targets), { concurrent: true })
+      return Effect.flatMap(Effect.either(readFor(commands, reads)), (read) =>
         Either.isLeft(read)
           // Nothing was written now, but a late append may have been before, and so may any
           // after a conflict (its draft id or key refused: stored already, by a re-send's first owner).
