@@ -34,8 +34,8 @@ export const ClusterLive = Layer.unwrapEffect(
   Effect.gen(function*() {
     const config = yield* AppConfig
     const { embedded } = yield* DatabasePool
-    const address = RunnerAddress.make(config.clusterRunnerHost, config.clusterRunnerPort)
     const host = config.clusterRunnerHost
+    const address = RunnerAddress.make(host, config.clusterRunnerPort)
     // Bounded: a resolver that does not answer must not hold the start up (the name then keeps 0.0.0.0).
     const resolved = isIP(host) === 0 && !isLoopback(host)
       ? yield* (yield* HostResolver).resolve(host).pipe(
