@@ -466,6 +466,8 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
 
     /** The commands of the next round, from the head of the inbox: at least one, within the bounds above. */
     const nextRound = () => {
+      // A lone command is the whole round, whatever its size: nothing to measure.
+      if (inbox.length === 1) return inbox.splice(0, 1)
       let taken = 0
       let size = 0
       for (const command of inbox) {
