@@ -1,21 +1,13 @@
 import { describe, expect, it } from "@effect/vitest"
 import { ConfigError, ConfigProvider, ConfigProviderPathPatch, Effect, HashSet, Layer } from "effect"
-import { readdirSync, readFileSync } from "node:fs"
+import { readFileSync } from "node:fs"
 import { join } from "node:path"
 import ts from "typescript"
 import { AppConfig } from "../src/config/AppConfig.js"
+import { filesUnder } from "./support/FilesUnder.js"
 
 const VARIABLE = /^[A-Z][A-Z0-9_]*$/
 const CONFIG_MODULE = join("src", "config", "AppConfig.ts")
-
-const sourcesUnder = (dir: string): ReadonlyArray<string> =>
-  readdirSync(dir, { withFileTypes: true }).flatMap((entry) =>
-    entry.isDirectory()
-      ? sourcesUnder(join(dir, entry.name))
-      : entry.name.endsWith(".ts")
-      ? [join(dir, entry.name)]
-      : []
-  )
 
 const literalText = (node: ts.Node | undefined): string | undefined =>
   node !== undefined && (ts.isStringLiteral(node) || ts.isNoSubstitutionTemplateLiteral(node)) ? node.text : undefined
@@ -93,7 +85,7 @@ describe("docs/configuration.md", () => {
   it.effect("lists exactly the variables the code reads", () =>
     Effect.gen(function*() {
       const loaded = yield* namesAppConfigLoads
-      const read = new Set([...loaded, ...["src", "cluster"].flatMap(sourcesUnder).flatMap(namesReadIn)])
+      const read = new Set([...loaded, ...["src", "cluster"].flatMap((dir) => filesUnder(dir, ".ts")).flatMap(namesReadIn)])
       // Both directions named, so a failure says which rows to add or drop.
       expect({
         undocumented: [...read].filter((name) => !documented.includes(name)).sort(),
