@@ -4,24 +4,75 @@ import { fieldPath } from "./Problems.js"
 /** What a credential-like value is shown as. */
 export const REDACTED = "[REDACTED]"
 
-const NORMALIZED_CACHE_SIZE = 10_000
-// Every delivery payload is redacted, and its keys are mostly the same few: remember them.
+/**
+ * The longest key judged whole. A longer key is judged on its first and last halves of this, as if a
+ * separator stood between them: its `*_token`-like suffix and its leading words count, its middle not.
+ */
+export const KEY_EXAMINED_CHARS = 256
+const KEY_END_CHARS = KEY_EXAMINED_CHARS / 2
+
+// Every delivery payload is redacted, and its keys are mostly the same few: remember them, within
+// a count and a size (characters of keys and names) that hostile keys cannot push past.
+const NORMALIZED_CACHE_ENTRIES = 10_000
+const NORMALIZED_CACHE_CHARS = 1_000_000
 const normalizedKeys = new Map<string, string>()
+let normalizedKeysChars = 0
+
+const isUpper = (code: number) => code >= 65 && code <= 90
+const isLower = (code: number) => code >= 97 && code <= 122
+const isLowerOrDigit = (code: number) => isLower(code) || (code >= 48 && code <= 57)
+
+/**
+ * The name in one pass: a word starts at a capital after a lower-case letter or digit, or at the
+ * last capital of a run followed by a lower-case letter (`APIToken`); letters are lower-cased
+ * (`toLowerCase` turns two non-ASCII ones into ASCII: `İ`, `K`), every run of other characters is one `_`.
+ */
+const nameOf = (key: string): string => {
+  let name = ""
+  let separated = false
+  const separate = () => {
+    if (!separated) name += "_"
+    separated = true
+  }
+  for (let i = 0; i < key.length; i++) {
+    const code = key.charCodeAt(i)
+    if (isUpper(code)) {
+      const before = key.charCodeAt(i - 1)
+      if (isLowerOrDigit(before) || (isUpper(before) && isLower(key.charCodeAt(i + 1)))) separate()
+      name += String.fromCharCode(code + 32)
+      separated = false
+    } else if (isLowerOrDigit(code)) {
+      name += key[i]
+      separated = false
+    } else if (code < 128) separate()
+    else {
+      for (const char of key[i]!.toLowerCase()) {
+        if (isLowerOrDigit(char.charCodeAt(0))) {
+          name += char
+          separated = false
+        } else separate()
+      }
+    }
+  }
+  return name
+}
 
 /**
  * `accessToken`, `APIToken`, `X-Api-Key` and `api key` become `access_token`, `api_token`,
- * `x_api_key`, `api_key` (`X-Apikey`: `x_apikey`).
+ * `x_api_key`, `api_key` (`X-Apikey`: `x_apikey`); a key over `KEY_EXAMINED_CHARS` is cut first.
  */
-const normalize = (key: string): string => {
-  const known = normalizedKeys.get(key)
+export const normalizeKey = (key: string): string => {
+  const examined = key.length > KEY_EXAMINED_CHARS ? `${key.slice(0, KEY_END_CHARS)} ${key.slice(-KEY_END_CHARS)}` : key
+  const known = normalizedKeys.get(examined)
   if (known !== undefined) return known
-  const name = key
-    .replace(/([A-Z]+)([A-Z][a-z])/g, "$1_$2")
-    .replace(/([a-z0-9])([A-Z])/g, "$1_$2")
-    .toLowerCase()
-    .replace(/[^a-z0-9]+/g, "_")
-  if (normalizedKeys.size >= NORMALIZED_CACHE_SIZE) normalizedKeys.clear()
-  normalizedKeys.set(key, name)
+  const name = nameOf(examined)
+  const chars = examined.length + name.length
+  if (normalizedKeys.size >= NORMALIZED_CACHE_ENTRIES || normalizedKeysChars + chars > NORMALIZED_CACHE_CHARS) {
+    normalizedKeys.clear()
+    normalizedKeysChars = 0
+  }
+  normalizedKeys.set(examined, name)
+  normalizedKeysChars += chars
   return name
 }
 
@@ -30,13 +81,13 @@ const sensitiveSuffixes = ["_token", "_secret", "_password", "_key", "_apikey"]
 
 /** True for a key that looks like it holds a credential (`authorization`, `api_key`, `*_token`, …). */
 export const isSensitiveKey = (key: string): boolean => {
-  const name = normalize(key)
+  const name = normalizeKey(key)
   return sensitiveNames.has(name) || sensitiveSuffixes.some((suffix) => name.endsWith(suffix))
 }
 
 /** True for a header name that carries credentials: the key rule, plus any `*auth*` header and cookies. */
 export const isSensitiveHeader = (name: string): boolean => {
-  const normalized = normalize(name)
+  const normalized = normalizeKey(name)
   return isSensitiveKey(name) || normalized.includes("auth") || normalized === "cookie" ||
     normalized === "set_cookie"
 }
@@ -50,7 +101,7 @@ const redactValue = (value: unknown, inHeaders: boolean): unknown => {
   const out: Record<string, unknown> = {}
   for (const [key, inner] of Object.entries(value)) {
     // null reveals nothing and tells the reader the setting is empty.
-    out[key] = hides(key, inHeaders) && inner !== null ? REDACTED : redactValue(inner, normalize(key) === "headers")
+    out[key] = hides(key, inHeaders) && inner !== null ? REDACTED : redactValue(inner, normalizeKey(key) === "headers")
   }
   return out
 }
