@@ -114,6 +114,56 @@ describe("Redaction", () => {
       // A whole redacted object comes back whole.
       expect(restoreRedacted({ secret: REDACTED }, { secret: { a: 1 } }, () => {})).toEqual({ secret: { a: 1 } })
     }))
+
+  it.effect("hides the password of a URL, or its whole userinfo when it has none, and nothing else", () =>
+    Effect.sync(() => {
+      const shown = {
+        nats: "nats://user:pass@host:4222",
+        lone: "https://token@hooks.example.com/x",
+        emptyPass: "https://user:@host",
+        emptyUser: "https://:pass@host",
+        atInPass: "https://user:p@ss@host/x",
+        afterBackslash: "https://user:pass@host\\x@y",
+        inText: "see https://a:b@h1 and http://c@h2/ then",
+        inArray: [{ url: "tls://u:p@bus" }],
+        headers: { "X-Trace": "https://u:p@h" }
+      }
+      const redacted = {
+        nats: "nats://user:[REDACTED]@host:4222",
+        lone: "https://[REDACTED]@hooks.example.com/x",
+        emptyPass: "https://[REDACTED]@host",
+        emptyUser: "https://:[REDACTED]@host",
+        atInPass: "https://user:[REDACTED]@host/x",
+        afterBackslash: "https://user:[REDACTED]@host\\x@y",
+        inText: "see https://a:[REDACTED]@h1 and http://[REDACTED]@h2/ then",
+        inArray: [{ url: "tls://u:[REDACTED]@bus" }],
+        headers: { "X-Trace": "https://u:[REDACTED]@h" }
+      }
+      expect(redactObject(shown)).toEqual(redacted)
+      expect(redactObject(redacted)).toEqual(redacted)
+      const plain = ["https://host/x?to=a@b", "mailto:a@b.example", "https://@host", "a@b://", "user:pass@host", "://"]
+      for (const text of plain) expect(redactObject({ text }), text).toEqual({ text })
+      expect(isSensitiveKey("url")).toBe(false)
+    }))
+
+  it.effect("restores a URL sent back as shown; a redacted credential on another URL is reported", () =>
+    Effect.sync(() => {
+      const stored = { url: "nats://user:pass@host:4222", hooks: ["https://token@h/a"], note: "x" }
+      const problems: Array<string> = []
+      const report = (path: string, problem: string) => problems.push(`${path}: ${problem}`)
+      expect(restoreRedacted({ ...redactObject(stored), note: "y" }, stored, report)).toEqual({ ...stored, note: "y" })
+      expect(problems).toEqual([])
+      const sent = {
+        url: "nats://user:[REDACTED]@elsewhere:4222",
+        hooks: ["https://token@h/a", "https://[REDACTED]@h/b"],
+        note: "a [REDACTED] note, no URL"
+      }
+      expect(restoreRedacted(sent, stored, report)).toEqual(sent)
+      expect(problems).toEqual([
+        "url: holds a [REDACTED] URL credential but is not the stored URL: send the credential",
+        "hooks[1]: holds a [REDACTED] URL credential but is not the stored URL: send the credential"
+      ])
+    }))
 })
 
 layer(TestNodeLive(), { excludeTestServices: true })("Redaction on the append path", (it) => {

@@ -1,5 +1,5 @@
 import { Predicate } from "effect"
-import { fieldPath } from "./Problems.js"
+import { fieldPath, type Report } from "./Problems.js"
 
 /** What a credential-like value is shown as. */
 export const REDACTED = "[REDACTED]"
@@ -95,52 +95,121 @@ export const isSensitiveHeader = (name: string): boolean => {
 /** Whether the value under `key` of an object is hidden; `inHeaders` when the object is a header map. */
 const hides = (key: string, inHeaders: boolean) => inHeaders ? isSensitiveHeader(key) : isSensitiveKey(key)
 
-const redactValue = (value: unknown, inHeaders: boolean): unknown => {
-  if (Array.isArray(value)) return value.map((item) => redactValue(item, false))
+const AUTHORITY_ENDS = new Set(["/", "?", "#", "\\"])
+
+/**
+ * Calls `visit` with the userinfo of every `scheme://userinfo@host` in `text`, in one pass: where it
+ * starts, where its `@` is, and its first `:` (-1 when none). As in WHATWG URLs, the authority ends
+ * at `/`, `?`, `#` or `\`, and the userinfo at its last `@`.
+ */
+const forEachUserinfo = (text: string, visit: (start: number, at: number, colon: number) => void): void => {
+  let marker = text.indexOf("://")
+  while (marker !== -1) {
+    const start = marker + 3
+    let end = start
+    let at = -1
+    let colon = -1
+    for (; end < text.length && !AUTHORITY_ENDS.has(text[end]!); end++) {
+      if (text[end] === "@") at = end
+      else if (text[end] === ":" && colon === -1) colon = end
+    }
+    if (at > start) visit(start, at, colon < at ? colon : -1)
+    // The next `://` may begin at the authority's last character (`a://b://c@d`).
+    marker = text.indexOf("://", end - 1)
+  }
+}
+
+/**
+ * `text` with the password of every URL in it replaced by `[REDACTED]` (`nats://user:[REDACTED]@host`),
+ * or the whole userinfo when it has no password: a lone user part (`https://token@host`) is a credential too.
+ */
+const redactUrlCredentials = (text: string): string => {
+  if (!text.includes("@")) return text
+  let out = ""
+  let copied = 0
+  forEachUserinfo(text, (start, at, colon) => {
+    const hidden = colon !== -1 && colon + 1 < at ? colon + 1 : start
+    out += text.slice(copied, hidden) + REDACTED
+    copied = at
+  })
+  return out + text.slice(copied)
+}
+
+const hasRedactedUrlCredential = (text: string): boolean => {
+  let found = false
+  forEachUserinfo(text, (start, at) => {
+    found ||= text.slice(start, at).includes(REDACTED)
+  })
+  return found
+}
+
+/** `urls`: also the credentials inside URLs of string values. */
+const redactValue = (value: unknown, inHeaders: boolean, urls: boolean): unknown => {
+  if (typeof value === "string") return urls ? redactUrlCredentials(value) : value
+  if (Array.isArray(value)) return value.map((item) => redactValue(item, false, urls))
   if (!Predicate.isRecord(value)) return value
   const out: Record<string, unknown> = {}
   for (const [key, inner] of Object.entries(value)) {
     // null reveals nothing and tells the reader the setting is empty.
-    out[key] = hides(key, inHeaders) && inner !== null ? REDACTED : redactValue(inner, normalizeKey(key) === "headers")
+    out[key] = hides(key, inHeaders) && inner !== null
+      ? REDACTED
+      : redactValue(inner, normalizeKey(key) === "headers", urls)
   }
   return out
 }
 
 /**
  * A copy of the object with every credential-like value replaced by `[REDACTED]`, at any depth and
- * inside arrays; every value of a `headers` map whose header name is authorization-like too.
+ * inside arrays; every value of a `headers` map whose header name is authorization-like too; and the
+ * credentials of every URL inside a string (`nats://user:[REDACTED]@host`, `https://[REDACTED]@host`).
  */
 export const redactObject = (value: Readonly<Record<string, unknown>>): Record<string, unknown> =>
-  redactValue(value, false) as Record<string, unknown>
+  redactValue(value, false, true) as Record<string, unknown>
 
+const NOTHING_STORED = "is [REDACTED] but no stored value exists"
+const URL_CREDENTIAL_CHANGED = "holds a [REDACTED] URL credential but is not the stored URL: send the credential"
 
-const restoreValue = (sent: unknown, stored: unknown, path: string, missing: (path: string) => void): unknown => {
+/**
+ * A sent string with a redacted URL credential: the stored string when it is shown exactly so, else
+ * reported. Grafting the stored credential onto another URL could send it to another host.
+ */
+const restoreString = (sent: string, stored: unknown, path: string, report: Report): string => {
+  if (!sent.includes(REDACTED)) return sent
+  if (typeof stored === "string" && redactUrlCredentials(stored) === sent) return stored
+  if (hasRedactedUrlCredential(sent)) report(path, URL_CREDENTIAL_CHANGED)
+  return sent
+}
+
+const restoreValue = (sent: unknown, stored: unknown, path: string, report: Report): unknown => {
   if (sent === REDACTED) {
-    if (stored === undefined) missing(path)
+    if (stored === undefined) report(path, NOTHING_STORED)
     return stored
   }
+  if (typeof sent === "string") return restoreString(sent, stored, path, report)
   if (Array.isArray(sent)) {
-    return sent.map((item, i) => restoreValue(item, Array.isArray(stored) ? stored[i] : undefined, fieldPath(path, i), missing))
+    return sent.map((item, i) => restoreValue(item, Array.isArray(stored) ? stored[i] : undefined, fieldPath(path, i), report))
   }
   if (!Predicate.isRecord(sent)) return sent
   const out: Record<string, unknown> = {}
   for (const [key, inner] of Object.entries(sent)) {
     const previous = Predicate.isRecord(stored) && Object.hasOwn(stored, key) ? stored[key] : undefined
-    out[key] = restoreValue(inner, previous, fieldPath(path, key), missing)
+    out[key] = restoreValue(inner, previous, fieldPath(path, key), report)
   }
   return out
 }
 
 /**
  * The sent object with every value still equal to `[REDACTED]`, at any depth, replaced by the stored
- * value at the same path (array items by index). A `[REDACTED]` with nothing stored at its path is
- * reported to `missing` with that path (`headers.authorization`, `accounts[0].password`).
+ * value at the same path (array items by index), and every string still holding a redacted URL
+ * credential by the stored string it was shown for. A `[REDACTED]` with nothing stored at its path,
+ * or a URL with a redacted credential that is not the stored one, is reported with its path
+ * (`headers.authorization`, `accounts[0].password`).
  */
 export const restoreRedacted = (
   sent: Readonly<Record<string, unknown>>,
   stored: Readonly<Record<string, unknown>>,
-  missing: (path: string) => void
-): Record<string, unknown> => restoreValue(sent, stored, "", missing) as Record<string, unknown>
+  report: Report
+): Record<string, unknown> => restoreValue(sent, stored, "", report) as Record<string, unknown>
 
 /** A copy of any JSON value with every credential-like value redacted (stored delivery payloads). */
-export const redactSensitive = (value: unknown): unknown => redactValue(value, false)
+export const redactSensitive = (value: unknown): unknown => redactValue(value, false, false)
