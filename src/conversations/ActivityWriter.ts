@@ -1,5 +1,5 @@
-import { Data, Effect, Either, Exit, Option } from "effect"
 import type { SqlError } from "@effect/sql/SqlError"
+import { Data, Effect, Either, Exit, Option } from "effect"
 import { Counter } from "prom-client"
 import { awaitReply, type Reply, WorkQueue } from "../concurrency/WorkQueue.js"
 import { isDataException, isLockTimeout, isUniqueViolation } from "../db/SqlErrors.js"
