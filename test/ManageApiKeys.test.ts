@@ -3,7 +3,8 @@ import { Effect } from "effect"
 import { createHash } from "node:crypto"
 import Pg from "pg"
 import { envelope, statusAndCode } from "./support/Envelope.js"
-import { commitWhenWaiting, query, serverUrl, TestDatabase } from "./support/TestDatabase.js"
+import { tenantApi, tenantWithConversation } from "./support/Fixtures.js"
+import { commitWhenWaiting, holdTable, query, serverUrl, TestDatabase } from "./support/TestDatabase.js"
 import { admin, createTenant, manage, request, TestNodeLive } from "./support/TestNode.js"
 
 const KEY_FIELDS = ["created_by", "expires_at", "id", "inserted_at", "last_used_at", "name", "prefix", "revoked_at", "scopes",
@@ -338,6 +339,38 @@ layer(TestNodeLive(), { excludeTestServices: true })("scoped API keys", (it) => 
         yield* manage(key.key, "GET", "/api_keys")
         expect(yield* lastUsedAt(key.id)).toBeGreaterThan(aged!)
       }))
+  })
+
+  describe("malformed keys", () => {
+    const base62 = (n: number) => "aZ09".repeat(Math.ceil(n / 4)).slice(0, n)
+    const malformed: ReadonlyArray<readonly [string, string]> = [
+      ["too short", `ck_${base62(39)}`],
+      ["too long", `ck_${base62(41)}`],
+      ["another prefix", `cs_${base62(40)}`],
+      ["not base62", `ck_${base62(39)}-`],
+      ["10 KB long", `ck_${base62(10_240)}`]
+    ]
+
+    stored("a value that is not ck_ and 40 base62 characters is 401 on every way in, without a lookup", () =>
+      Effect.gen(function*() {
+        const { conversationId } = yield* tenantWithConversation
+        const unknown = yield* manage(`ck_${base62(40)}`, "GET", "/api_keys")
+        expect(statusAndCode(unknown)).toEqual({ status: 401, code: "unauthorized" })
+        // Every lookup waits for this lock, and would end in its timeout (503), not in 401.
+        yield* holdTable("api_keys")
+        for (const [label, key] of malformed) {
+          const replies = [
+            yield* manage(key, "GET", "/api_keys"),
+            yield* tenantApi(key, "GET", "/conversations"),
+            // The lean append route (ADR 0006).
+            yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, { text: "hi" })
+          ]
+          for (const reply of replies) {
+            expect(statusAndCode(reply), label).toEqual({ status: 401, code: "unauthorized" })
+            expect(reply.body.error.message, label).toBe(unknown.body.error.message)
+          }
+        }
+      }).pipe(Effect.scoped))
   })
 
   describe("tenancy", () => {

@@ -3,7 +3,7 @@ import { SqlError } from "@effect/sql/SqlError"
 import { Effect, Option, Schema } from "effect"
 import type { Actor } from "../auth/Actor.js"
 import { actorLabel } from "../auth/Actor.js"
-import { generateCredential, hashCredential, hashCredentialHex } from "../auth/Credential.js"
+import { generateCredential, hashCredential, hashCredentialHex, looksLike } from "../auth/Credential.js"
 import { AuditLog } from "../db/AuditLog.js"
 import { makeBatcher } from "../db/Batcher.js"
 import { prepared } from "../db/PreparedStatements.js"
@@ -89,9 +89,13 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
     // without a lookup for `RECENT_KEY_MS`, and their write checks it again (ADR 0015).
     const recent = new Map<string, { readonly key: AuthenticatedKey; readonly at: number }>()
 
-    /** The key's identity when it is valid now; `last_used_at` is written at most once a minute. */
+    /**
+     * The key's identity when it is valid now; `last_used_at` is written at most once a minute. A
+     * value that is not shaped like a key names none, and is neither hashed nor looked up.
+     */
     const authenticate = (raw: string) =>
       Effect.suspend(() => {
+        if (!looksLike("apiKey", raw)) return Effect.succeedNone
         const hash = hashCredentialHex(raw)
         return lookUp(hash).pipe(
           Effect.map(Option.map((row): AuthenticatedKey => ({
@@ -120,6 +124,7 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
      * been revoked, have expired or lost its tenant since.
      */
     const recentlyValid = (raw: string): AuthenticatedKey | undefined => {
+      if (!looksLike("apiKey", raw)) return undefined
       const entry = recent.get(hashCredentialHex(raw))
       return entry !== undefined && performance.now() - entry.at < RECENT_KEY_MS ? entry.key : undefined
     }
