@@ -73,9 +73,12 @@ const holdLocks = (statement: string, values: ReadonlyArray<unknown> = []) =>
     )
   })
 
-/** Holds the row locked `FOR UPDATE`, as a write whose commit is still in flight does, until the scope closes. */
-export const holdRow = (table: "conversations" | "channels", id: string) =>
-  holdLocks(`SELECT 1 FROM ${table} WHERE id = $1 FOR UPDATE`, [id])
+/**
+ * Holds the row locked (`FOR UPDATE` unless told), as a write whose commit is still in flight does,
+ * until the scope closes.
+ */
+export const holdRow = (table: "conversations" | "channels" | "api_keys", id: string, lock: "FOR UPDATE" | "FOR SHARE" = "FOR UPDATE") =>
+  holdLocks(`SELECT 1 FROM ${table} WHERE id = $1 ${lock}`, [id])
 
 /** Holds the whole table locked until the scope closes: every read of it waits meanwhile. */
 export const holdTable = (table: "api_keys") => holdLocks(`LOCK TABLE ${table} IN ACCESS EXCLUSIVE MODE`)
