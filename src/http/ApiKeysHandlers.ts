@@ -1,7 +1,7 @@
 import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Effect } from "effect"
-import { ApiKeys } from "../tenants/ApiKeys.js"
 import { invalidApiKey } from "../domain/ApiError.js"
+import { ApiKeys } from "../tenants/ApiKeys.js"
 import { CurrentCredential, keyGoneWithTenant } from "./TenantAuth.js"
 import { ParleyApi } from "./ParleyApi.js"
 
