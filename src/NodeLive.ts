@@ -9,6 +9,7 @@ import { ConversationPurge, ConversationPurgeLive } from "./conversations/Conver
 import { ConversationStateRepo } from "./conversations/ConversationState.js"
 import { RateLimiter } from "./ratelimit/RateLimiter.js"
 import { ConversationHub } from "./realtime/ConversationHub.js"
+import { CountersClientLive } from "./db/CountersClient.js"
 import { DatabaseLive } from "./db/Database.js"
 import { MigrationsLive } from "./db/Migrations.js"
 import { HttpLive } from "./http/HttpLive.js"
@@ -44,6 +45,7 @@ export const NodeLive = HttpLive.pipe(
   ),
   // Merged into the output, so in-process test nodes can reach the hub and the limiter.
   Layer.provideMerge(Layer.mergeAll(ConversationHub.Default, RateLimiter.Default, ConversationCores.Default)),
+  Layer.provide(CountersClientLive),
   Layer.provideMerge(Layer.mergeAll(ActivityStore.Default, ConversationStateRepo.Default, ConversationPurge.Default)),
   Layer.provideMerge(ClusterLive),
   // Merged into the output, so in-process test nodes can start a drain.

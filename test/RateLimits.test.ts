@@ -1,6 +1,7 @@
 import { expect, layer } from "@effect/vitest"
 import { ConfigProvider, Context, Effect, Exit, Fiber, FiberId, Layer, Option, Schedule } from "effect"
 import { AppConfig } from "../src/config/AppConfig.js"
+import { CountersClientLive } from "../src/db/CountersClient.js"
 import { DatabaseLive } from "../src/db/Database.js"
 import { Metrics } from "../src/ops/Metrics.js"
 import { pruneCounters, RateLimiter } from "../src/ratelimit/RateLimiter.js"
@@ -31,6 +32,7 @@ const otherLimiter = (databaseUrl?: string, limits: object = RATE_LIMITS) =>
   Effect.map(
     Layer.build(
       RateLimiter.Default.pipe(
+        Layer.provide(CountersClientLive),
         Layer.provide(databaseUrl === undefined ? Layer.empty : DatabaseLive),
         Layer.provide(configOf(limits, databaseUrl)),
         Layer.provide(Metrics.Default)

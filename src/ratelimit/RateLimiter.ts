@@ -4,7 +4,7 @@ import { Counter } from "prom-client"
 import { answerWithin } from "../concurrency/WorkQueue.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { makeBatcher } from "../db/Batcher.js"
-import { boundedClient } from "../db/Database.js"
+import { COUNTERS_STATEMENT_MS, CountersClient } from "../db/CountersClient.js"
 import { RateLimited } from "../domain/ApiError.js"
 import { type Bucket, defaultWindows, type OverridableBucket, TenantLimits } from "../domain/RateLimit.js"
 import { JobRunner } from "../ops/JobRunner.js"
@@ -51,12 +51,10 @@ const OVERRIDABLE: ReadonlySet<string> = new Set<OverridableBucket>([
   "publishable_token"
 ])
 
-/** The counters' own connections: the sync and the reads decisions wait for. */
-const COUNTER_CONNECTIONS = 2
 /** A tenant's overrides are at most this old when a limit is decided. */
 const TENANT_LIMITS_TTL_MS = 1000
 /** How long a decision waits for a database read (overrides, another node's count) before going on without it. */
-const READ_WAIT_MS = 1000
+const READ_WAIT_MS = COUNTERS_STATEMENT_MS
 /**
  * A window decided on within this time is read at every sync; one left alone longer is read again
  * before its next decision instead (a key used now and then costs a read per use, not ten a second).
@@ -114,13 +112,7 @@ export const pruneCounters = Effect.flatMap(SqlClient.SqlClient, (sql) =>
 export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimiter", {
   scoped: Effect.gen(function*() {
     const config = yield* AppConfig
-    // Connections of its own, each statement bounded: a stalled one is closed, not handed to the
-    // next sync to queue behind (the main pool would give it back).
-    const { client: sql } = yield* boundedClient(COUNTER_CONNECTIONS, {
-      connectMs: READ_WAIT_MS,
-      statementMs: READ_WAIT_MS,
-      queryMs: READ_WAIT_MS + 500
-    })
+    const sql = yield* CountersClient
     const jobs = yield* JobRunner
     const metrics = yield* Metrics
     const rejections = new Counter({
