@@ -45,9 +45,10 @@ export const NodeLive = HttpLive.pipe(
   ),
   // Merged into the output, so in-process test nodes can reach the hub and the limiter.
   Layer.provideMerge(Layer.mergeAll(ConversationHub.Default, RateLimiter.Default, ConversationCores.Default)),
-  Layer.provide(CountersClientLive),
   Layer.provideMerge(Layer.mergeAll(ActivityStore.Default, ConversationStateRepo.Default, ConversationPurge.Default)),
   Layer.provideMerge(ClusterLive),
+  // Built before the limiter and released after it.
+  Layer.provide(CountersClientLive),
   // Merged into the output, so in-process test nodes can start a drain.
   Layer.provideMerge(NodeServices),
   Layer.provide(MigrationsLive),
