@@ -10,6 +10,7 @@ import { ConversationPurge, ConversationPurgeLive } from "./conversations/Conver
 import { ConversationStateRepo } from "./conversations/ConversationState.js"
 import { RateLimiter } from "./ratelimit/RateLimiter.js"
 import { ConversationHub } from "./realtime/ConversationHub.js"
+import { CountersClientLive } from "./db/CountersClient.js"
 import { DatabaseLive } from "./db/Database.js"
 import { MigrationsLive } from "./db/Migrations.js"
 import { WriterClientLive } from "./db/WriterClient.js"
@@ -52,6 +53,8 @@ export const NodeLive = HttpLive.pipe(
   // Built before the writer and released after it.
   Layer.provide(WriterClientLive),
   Layer.provideMerge(ClusterLive),
+  // Built before the limiter and released after it.
+  Layer.provide(CountersClientLive),
   // Merged into the output, so in-process test nodes can start a drain.
   Layer.provideMerge(NodeServices),
   Layer.provide(MigrationsLive),

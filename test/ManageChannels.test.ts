@@ -972,6 +972,25 @@ layer(TestNodeLive(), { excludeTestServices: true })("management API: channels",
         expect(removed.status).toBe(204)
       }))
 
+    // The update validates before it locks the row (validation may resolve a host): a change committed
+    // in between is met under the lock, and the update's If-Match is checked against it.
+    sqlIt("a change committed between an update's read and its row lock is 412 to the update, not overwritten", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const channel = yield* createChannel(tenant.api_key, { name: "v1" })
+        for (const method of ["PATCH", "PUT"]) {
+          const etag = (yield* manage(tenant.api_key, "GET", `/channels/${channel.id}`)).headers.get("etag")!
+          const raced = yield* commitWhenWaiting(
+            [["UPDATE channels SET name = $2, updated_at = now() WHERE id = $1", [channel.id, `theirs-${method}`]]],
+            manage(tenant.api_key, method, `/channels/${channel.id}`, { channel: { name: `mine-${method}` } }, { "if-match": etag })
+          )
+          const current = yield* manage(tenant.api_key, "GET", `/channels/${channel.id}`)
+          expect(statusAndCode(raced), method).toEqual({ status: 412, code: "precondition_failed" })
+          expect(raced.body.error.details).toEqual({ current_etag: current.headers.get("etag") })
+          expect(current.body.data.name).toBe(`theirs-${method}`)
+        }
+      }))
+
     sqlIt("DELETE is 204 and removes the channel with its conversations; If-Match * matches", () =>
       Effect.gen(function*() {
         const tenant = yield* createTenant()
