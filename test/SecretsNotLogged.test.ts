@@ -47,23 +47,53 @@ layer(TestNodeLive({ LOG_LEVEL: "debug" }), { excludeTestServices: true })("logg
       for (const secret of secrets) expect(output).not.toContain(secret)
     }))
 
-  it.effect("each use of a deprecated surface logs one warning naming it and the request", () =>
+  it.effect("a flood of refused channel tokens logs no deprecation warning, refusals before any route included", () =>
     Effect.gen(function*() {
       const tenant = yield* createTenant()
       const channel = yield* insertChannel(tenant.id)
+      const conversation = `/api/v1/conversations/${crypto.randomUUID()}`
+      const output = yield* captureOutput(Effect.forEach(Array.from({ length: 30 }, (_, i) => i), (i) =>
+        Effect.gen(function*() {
+          const bad = yield* request("GET", conversation, { headers: { "x-channel-token": `cs_bad${i}` } })
+          expect(bad.status).toBe(401)
+          // Marked deprecated all the same (client-api.md "Versioning").
+          expect(bad.headers.get("deprecation")).not.toBeNull()
+          const legacy = yield* request("POST", "/api/v1/conversations", { body: {}, headers: { "x-channel-token": `cs_bad${i}` } })
+          expect(legacy.status).toBe(401)
+          // A good token refused before any route (406) was never authenticated.
+          yield* request("GET", conversation, { headers: { "x-channel-token": channel.secret, accept: "text/html" } })
+        }), { concurrency: 5, discard: true }))
+      expect(output).not.toContain("deprecated API used")
+    }))
+
+  it.effect("authenticated uses of a deprecated surface log one warning a minute per channel, naming it and the request", () =>
+    Effect.gen(function*() {
+      const tenant = yield* createTenant()
+      const [first, second] = [yield* insertChannel(tenant.id), yield* insertChannel(tenant.id)]
       const output = yield* captureOutput(Effect.gen(function*() {
-        // Refused before any route runs (406): still one warning.
-        yield* request("GET", "/api/v1/conversations/00000000-0000-4000-8000-000000000000", {
-          headers: { "x-channel-token": channel.secret, accept: "text/html", "x-request-id": "deprecated-1" }
-        })
-        yield* request("POST", "/api/v1/conversations", {
+        const created = yield* request("POST", "/api/v1/conversations", {
           body: {},
-          headers: { "x-channel-token": channel.secret, "x-request-id": "deprecated-2" }
+          headers: { "x-channel-token": first.secret, "x-request-id": "deprecated-1" }
         })
+        expect(created.status).toBe(201)
+        yield* Effect.forEach(Array.from({ length: 20 }, (_, i) => i), (i) =>
+          Effect.gen(function*() {
+            const reply = yield* request("GET", `/api/v1/conversations/${created.body.data.id}`, {
+              headers: { "x-channel-token": first.secret, "x-request-id": `deprecated-again-${i}` }
+            })
+            expect(reply.status).toBe(200)
+          }), { concurrency: 5, discard: true })
+        const other = yield* request("POST", "/api/v1/conversations", {
+          body: {},
+          headers: { "x-channel-token": second.secret, "x-request-id": "deprecated-2" }
+        })
+        expect(other.status).toBe(201)
       }))
       const warnings = output.split("\n").filter((line) => line.includes("deprecated API used"))
       expect(warnings).toHaveLength(2)
-      expect(warnings[0]).toMatch(/(?=.*"surface":"x-channel-token")(?=.*"request_id":"deprecated-1")/)
-      expect(warnings[1]).toMatch(/(?=.*"surface":"POST \/api\/v1\/conversations")(?=.*"request_id":"deprecated-2")/)
+      expect(warnings[0]).toMatch(
+        new RegExp(`(?=.*"surface":"POST /api/v1/conversations")(?=.*"channel_id":"${first.id}")(?=.*"request_id":"deprecated-1")`)
+      )
+      expect(warnings[1]).toMatch(new RegExp(`(?=.*"channel_id":"${second.id}")(?=.*"request_id":"deprecated-2")`))
     }))
 })

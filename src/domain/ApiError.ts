@@ -86,8 +86,10 @@ export class NotFound extends Schema.TaggedError<NotFound>()("NotFound", {
   readonly wireDetails = null
 }
 
+/** No route takes this method at this URL; `allowed` are the methods that one does (`Allow`). */
 export class MethodNotAllowed extends Schema.TaggedError<MethodNotAllowed>()("MethodNotAllowed", {
-  message: Schema.String
+  message: Schema.String,
+  allowed: Schema.Array(Schema.String)
 }, HttpApiSchema.annotations({ status: 405 })) implements WireError {
   readonly code = "method_not_allowed"
   readonly wireDetails = null

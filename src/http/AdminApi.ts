@@ -15,7 +15,7 @@ const TenantKeyPath = Schema.Struct({ tenant_id: Schema.UUID, id: Schema.UUID })
 export const IfMatchHeaders = Schema.Struct({ "if-match": Schema.optional(Schema.String) })
 
 /** A tenant with its primary key, as create and rotation answer (the key once). */
-export const TenantWithKey = Schema.Struct({ ...Tenant.fields, api_key: Schema.String })
+const TenantWithKey = Schema.Struct({ ...Tenant.fields, api_key: Schema.String })
 /** A scoped key with its raw value, as issuing answers (the key once). */
 export const ApiKeyWithKey = Schema.Struct({ ...ApiKey.fields, key: Schema.String })
 

@@ -1,47 +1,35 @@
 import type { ServerResponse } from "node:http"
-import { Cause, Chunk, Effect, Either, Option, Runtime, Schema } from "effect"
-import { logsAtDebug } from "../ops/LogLevels.js"
+import { Cause, Context, Effect, Either, Option, Runtime, Schema } from "effect"
+import type { TenantCredential } from "../auth/TenantCredential.js"
 import type { ActivityInput } from "../conversations/ActivityRules.js"
-import type { Activity } from "../domain/Activity.js"
 import { Conversations, type KeyCheck } from "../conversations/Conversations.js"
+import { postActivity } from "../conversations/PostActivity.js"
+import type { Activity } from "../domain/Activity.js"
 import { BadRequest, OutcomeUnknown } from "../domain/ApiError.js"
 import { Lifecycle } from "../ops/Lifecycle.js"
-import { Metrics } from "../ops/Metrics.js"
 import { RateLimiter } from "../ratelimit/RateLimiter.js"
 import { ApiKeys } from "../tenants/ApiKeys.js"
 import { ActivityBody } from "./ConversationsApi.js"
-import { postActivity } from "./ConversationsHandlers.js"
 import {
   acceptsJson,
   isJsonContentType,
-  isWireError,
   MAX_JSON_BODY_BYTES,
   MAX_JSON_DEPTH,
   nestsDeeperThan,
   REQUEST_BODY_TOO_DEEP,
-  REQUEST_BODY_TOO_LARGE,
   REQUEST_BODY_UNREADABLE,
-  REQUEST_SHAPE_MISMATCH,
-  retryAfterSeconds,
-  statusOfWireError
+  REQUEST_SHAPE_MISMATCH
 } from "./EdgeRules.js"
-import { envelopeBody, type ErrorEnvelope, toBody } from "./ErrorEnvelope.js"
-import type { AbandonableRequest, RequestClaim } from "./NodeServer.js"
+import { answerForCause, answerForError, bodyTooLarge } from "./ErrorAnswer.js"
+import { type AbandonableRequest, type Answer, type RequestClaim, writeAnswer } from "./NodeServer.js"
 import { requestIdFrom } from "./RequestId.js"
-import { credentialForApiKey, credentialOfKey, type TenantCredential } from "./TenantAuth.js"
+import { requestRecorder } from "./RequestRecorder.js"
+import { credentialForApiKey, credentialOfKey } from "./TenantAuth.js"
 
 const TEMPLATE = "/api/v1/conversations/:id/activities"
 const PATH = /^\/api\/v1\/conversations\/([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\/activities$/i
 
 const decodeBody = Schema.decodeUnknownEither(ActivityBody)
-
-interface Answer {
-  readonly status: number
-  readonly body: unknown
-}
-
-const failed = (status: number, code: string, message: string, details: Record<string, unknown> | null, requestId: string) =>
-  ({ status, body: envelopeBody(code, message, details, requestId) }) satisfies Answer
 
 /** A request header as one string (node joins repeated custom headers with ", "). */
 const header = (request: AbandonableRequest, name: string): string | undefined => {
@@ -81,6 +69,14 @@ const claimable = (request: AbandonableRequest): string | undefined => {
 }
 
 /**
+ * Whether the node serves appends on the lean route; tests turn it off to run the same requests
+ * the router's way (the answers must not differ).
+ */
+export class LeanAppendRoute extends Context.Reference<LeanAppendRoute>()("parley/LeanAppendRoute", {
+  defaultValue: () => true
+}) {}
+
+/**
  * `POST /api/v1/conversations/:id/activities` with `x-api-key`, served on the node's HTTP server
  * ahead of the router: the hottest route skips the HttpApi layers (ADR 0006). It runs the same
  * authentication, rules and append as the routed handler and answers with the same statuses,
@@ -89,24 +85,10 @@ const claimable = (request: AbandonableRequest): string | undefined => {
 export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRoute", {
   effect: Effect.gen(function*() {
     const keys = yield* ApiKeys
-    const metrics = yield* Metrics
     const lifecycle = yield* Lifecycle
     const post = postActivity(yield* Conversations, yield* RateLimiter)
     const runFork = Runtime.runFork(yield* Effect.runtime<never>())
-    const accessLog = yield* logsAtDebug
-
-    /** The answer for a failure: the envelope of a typed error, or a logged 500 that reveals nothing. */
-    const fromCause = (cause: Cause.Cause<unknown>, requestId: string): Effect.Effect<Answer> => {
-      const failure = Chunk.head(Cause.failures(cause) as Chunk.Chunk<unknown>)
-      if (Option.isSome(failure) && isWireError(failure.value)) {
-        return Effect.succeed({ status: statusOfWireError(failure.value), body: toBody(failure.value, requestId) })
-      }
-      // The one line a request of this route writes itself: it names the request.
-      return Effect.logError("request failed unexpectedly", cause).pipe(
-        Effect.annotateLogs("request_id", requestId),
-        Effect.as(failed(500, "internal", "internal error", null, requestId))
-      )
-    }
+    const record = yield* requestRecorder
 
     const created = (data: Activity): Answer => ({ status: 201, body: { data } })
 
@@ -114,7 +96,7 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
     const answerFor = <E>(appended: Effect.Effect<Activity, E>, requestId: string): Effect.Effect<Answer> =>
       Effect.matchCauseEffect(appended, {
         onSuccess: (data) => Effect.succeed(created(data)),
-        onFailure: (cause) => fromCause(cause, requestId)
+        onFailure: (cause) => answerForCause(cause, requestId)
       })
 
     /**
@@ -133,7 +115,7 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
         onSuccess: (data) =>
           data.id === draftId ? Effect.succeed(created(data)) : answerFor(Effect.as(lookUp(), data), requestId),
         onFailure: (cause) =>
-          aboutOwnWrite(cause) ? fromCause(cause, requestId) : answerFor(Effect.zipRight(lookUp(), Effect.failCause(cause)), requestId)
+          aboutOwnWrite(cause) ? answerForCause(cause, requestId) : answerFor(Effect.zipRight(lookUp(), Effect.failCause(cause)), requestId)
       })
 
     const answer = (request: AbandonableRequest, conversationId: string, text: string, requestId: string, arrivedAt: number) =>
@@ -158,31 +140,10 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
         return answerConfirmed(appended, draftId, lookUp, requestId)
       })
 
-    const respond = (
-      response: ServerResponse,
-      requestId: string,
-      result: Answer,
-      started: number,
-      closeConnection: boolean
-    ) => {
-      const text = JSON.stringify(result.body)
-      const headers: Record<string, string | number> = {
-        "content-type": "application/json",
-        "content-length": Buffer.byteLength(text),
-        "x-request-id": requestId
-      }
-      if (result.status === 429 || result.status === 503) {
-        headers["retry-after"] = retryAfterSeconds((result.body as ErrorEnvelope).error.details?.["retry_after_ms"])
-      }
-      // While draining (or when the body was left unread) no connection is kept for another request.
-      if (closeConnection) headers["connection"] = "close"
-      if (!response.destroyed) {
-        response.writeHead(result.status, headers)
-        response.end(text)
-      }
-      const seconds = (performance.now() - started) / 1000
-      metrics.observeRequest(TEMPLATE, "POST", result.status, seconds)
-      return seconds
+    /** Writes the answer, then records it; while draining no connection is kept for another request. */
+    const respond = (response: ServerResponse, requestId: string, result: Answer, started: number, closeConnection: boolean) => {
+      writeAnswer(response, requestId, result, closeConnection)
+      return record(requestId, "POST", TEMPLATE, result.status, started)
     }
 
     const serve = (request: AbandonableRequest, response: ServerResponse, conversationId: string, text: string) => {
@@ -191,18 +152,10 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
       const arrivedAt = Date.now()
       const requestId = requestIdFrom(header(request, "x-request-id"))
       runFork(
-        Effect.flatMap(answer(request, conversationId, text, requestId, arrivedAt), (result) => {
-          const seconds = respond(response, requestId, result, started, lifecycle.drainingNow())
-          return accessLog
-            ? Effect.logDebug("http request").pipe(Effect.annotateLogs({
-              request_id: requestId,
-              method: "POST",
-              route: TEMPLATE,
-              status: result.status,
-              duration_ms: Math.round(seconds * 1000)
-            }))
-            : Effect.void
-        })
+        Effect.flatMap(
+          answer(request, conversationId, text, requestId, arrivedAt),
+          (result) => respond(response, requestId, result, started, lifecycle.drainingNow())
+        )
       )
     }
 
@@ -211,9 +164,7 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
       request.abandoned = true
       request.pause()
       const requestId = requestIdFrom(header(request, "x-request-id"))
-      const answer = failed(413, "payload_too_large", REQUEST_BODY_TOO_LARGE, { max_bytes: MAX_JSON_BODY_BYTES }, requestId)
-      // The rest of the body is never read, so the connection cannot carry another request.
-      respond(response, requestId, answer, performance.now(), true)
+      runFork(respond(response, requestId, answerForError(bodyTooLarge(), requestId), performance.now(), true))
     }
 
     const claim: RequestClaim = (request, response) => {

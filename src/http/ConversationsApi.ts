@@ -32,7 +32,7 @@ export const ActivityBody = Schema.Struct({
 })
 
 /** The answer to an append: 201 with the stored activity. */
-export const ActivityCreated = Schema.Struct({ data: Activity })
+const ActivityCreated = Schema.Struct({ data: Activity })
 
 const PageMeta = Schema.Struct({ next_cursor: Schema.NullOr(Schema.String), has_more: Schema.Boolean, limit: Schema.Int })
 const WatermarkMeta = Schema.Struct({ watermark: Schema.NullOr(Schema.Int), has_more: Schema.Boolean, limit: Schema.Int })

@@ -1,53 +1,21 @@
 import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
-import { Effect, Option } from "effect"
-import { Conversations, type KeyCheck } from "../conversations/Conversations.js"
+import { Effect } from "effect"
+import { Conversations } from "../conversations/Conversations.js"
+import { postActivity } from "../conversations/PostActivity.js"
 import { BadRequest } from "../domain/ApiError.js"
 import { isOpaqueWatermark } from "../domain/Watermark.js"
 import { RateLimiter } from "../ratelimit/RateLimiter.js"
-import type { ActivityInput } from "../conversations/ActivityRules.js"
-import { CurrentCredential, markDeprecated, requireScope, type TenantCredential, withScope } from "./TenantAuth.js"
+import { DeprecationWarnings } from "./DeprecationWarnings.js"
+import { CurrentCredential, markDeprecated, requireScope } from "./TenantAuth.js"
 import { decodeCursor, encodeCursor, parseLimit, parseUuid } from "./Paging.js"
 import { ParleyApi } from "./ParleyApi.js"
 import { RequestArrival } from "./RequestId.js"
-
-/**
- * `POST /conversations/:id/activities` once the caller is known: scope, rate limit, append; the
- * answer is the stored activity (its route answers `{ data }`). A retry over the limit whose
- * idempotency key is already stored gets its activity, as any retry does. `arrivedAt` is when the
- * request arrived (epoch ms): the append's time budget counts from it.
- */
-export const postActivity = (conversations: Conversations, limiter: RateLimiter) =>
-(
-  credential: TenantCredential,
-  conversationId: string,
-  payload: ActivityInput,
-  idempotencyKey: string | undefined,
-  arrivedAt: number,
-  keyCheck?: KeyCheck
-) =>
-  withScope(
-    credential,
-    "write",
-    Effect.zipRight(
-      limiter.consume("activity_create", credential.tenantId, credential.tenantId),
-      conversations.append(credential, conversationId, payload, {
-        idempotencyKey: idempotencyKey ?? null,
-        sourceChannelId: null,
-        arrivedAt,
-        keyCheck
-      })
-    )
-  ).pipe(
-    Effect.catchTag("RateLimited", (limited) =>
-      idempotencyKey === undefined ? Effect.fail(limited) : conversations.storedUnderKey(credential, conversationId, idempotencyKey).pipe(
-        Effect.flatMap(Option.match({ onNone: () => Effect.fail(limited), onSome: Effect.succeed }))
-      ))
-  )
 
 export const ConversationsHandlers = HttpApiBuilder.group(ParleyApi, "conversations", (handlers) =>
   Effect.gen(function*() {
     const conversations = yield* Conversations
     const post = postActivity(conversations, yield* RateLimiter)
+    const warnings = yield* DeprecationWarnings
     const setStatus = (status: "active" | "closed") => ({ path }: { readonly path: { readonly id: string } }) =>
       Effect.gen(function*() {
         const credential = yield* requireScope("write")
@@ -72,7 +40,8 @@ export const ConversationsHandlers = HttpApiBuilder.group(ParleyApi, "conversati
           const credential = yield* requireScope("read")
           const limit = yield* parseLimit(urlParams.limit, 100, 1000)
           if (urlParams.watermark !== undefined && isOpaqueWatermark(urlParams.watermark)) {
-            yield* markDeprecated("opaque watermark")
+            yield* markDeprecated
+            yield* warnings.warn("opaque watermark", credential.channelId)
           }
           const page = yield* conversations.activities(credential, path.id, urlParams.watermark, limit)
           return { data: page.items, meta: { watermark: page.watermark, has_more: page.hasMore, limit } }

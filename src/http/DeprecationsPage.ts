@@ -7,7 +7,7 @@ import { fileURLToPath } from "node:url"
 import type { RouteSpec } from "./RouteTable.js"
 
 /** Where the `Link: rel="deprecation"` header of every deprecated surface points. */
-export const DEPRECATIONS_PATH = "/docs/deprecations.md"
+const DEPRECATIONS_PATH = "/docs/deprecations.md"
 
 /** When `x-channel-token` and its routes were deprecated (Unix seconds), for the `Deprecation` header. */
 const DEPRECATED_AT = Math.floor(Date.UTC(2026, 9, 1) / 1000)
@@ -17,10 +17,6 @@ export const DEPRECATION_HEADERS = {
   deprecation: `@${DEPRECATED_AT}`,
   link: `<${DEPRECATIONS_PATH}>; rel="deprecation"`
 } as const
-
-/** The warning each use of a deprecated surface logs. */
-export const logDeprecatedUse = (surface: string) =>
-  Effect.logWarning("deprecated API used").pipe(Effect.annotateLogs("surface", surface))
 
 export const deprecationsRoutes: ReadonlyArray<RouteSpec> = [{ method: "GET", path: DEPRECATIONS_PATH }]
 

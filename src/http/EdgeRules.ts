@@ -1,15 +1,7 @@
-import * as HttpApiSchema from "@effect/platform/HttpApiSchema"
-import type { Schema } from "effect"
-import type { WireError } from "../domain/ApiError.js"
-
 /** Rules every HTTP answer follows, shared by the edge middleware and the lean append route. */
 
 /** Largest JSON body any API route reads; uploads set their own limit. */
 export const MAX_JSON_BODY_BYTES = 1024 * 1024
-
-export const isWireError = (u: unknown): u is WireError =>
-  typeof u === "object" && u !== null && "code" in u && "wireDetails" in u && "message" in u &&
-  typeof (u as WireError).code === "string"
 
 /** Accept excludes JSON when it names types and none of them can be JSON. */
 export const acceptsJson = (accept: string | undefined) => {
@@ -31,12 +23,6 @@ export const acceptsJson = (accept: string | undefined) => {
 export const isJsonContentType = (contentType: string | undefined) => {
   if (contentType === undefined || contentType.trim() === "") return true
   return contentType.split(";", 1)[0]!.trim().toLowerCase() === "application/json"
-}
-
-/** The status an error class declares through its HttpApi annotation (500 when it declares none). */
-export const statusOfWireError = (error: WireError): number => {
-  const schema = error.constructor as unknown as Partial<Schema.Schema.Any>
-  return schema.ast === undefined ? 500 : HttpApiSchema.getStatusErrorAST(schema.ast)
 }
 
 /** `Retry-After` of a 429 or 503: `details.retry_after_ms` in seconds, rounded up, at least 1. */

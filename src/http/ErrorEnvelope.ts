@@ -1,5 +1,4 @@
 import * as HttpApiSchema from "@effect/platform/HttpApiSchema"
-import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Effect, ParseResult, Schema } from "effect"
 import type { WireError } from "../domain/ApiError.js"
 import { RequestId } from "./RequestId.js"
@@ -26,15 +25,6 @@ export const envelopeBody = (
 /** The envelope of a typed error. */
 export const toBody = (error: WireError, requestId: string | null): ErrorEnvelope =>
   envelopeBody(error.code, error.message, error.wireDetails, requestId)
-
-/** A response carrying the envelope; used by the edge and by raw routes. */
-export const envelopeResponse = (
-  status: number,
-  code: string,
-  message: string,
-  details: Record<string, unknown> | null,
-  requestId: string | null
-) => HttpServerResponse.unsafeJson(envelopeBody(code, message, details, requestId), { status })
 
 /**
  * The error schema an endpoint declares: same status as the error, the envelope as its body, so the

@@ -14,7 +14,7 @@ import { Readiness } from "../ops/Readiness.js"
 import { ApiKeys } from "../tenants/ApiKeys.js"
 import { PortalUsers } from "../tenants/PortalUsers.js"
 import { Tenants } from "../tenants/Tenants.js"
-import { AppendRoute } from "./AppendRoute.js"
+import { AppendRoute, LeanAppendRoute } from "./AppendRoute.js"
 import { AdminAuthLive } from "./AdminAuth.js"
 import { AdminHandlers } from "./AdminHandlers.js"
 import { ManageAuthLive, TenantAuthLive, TenantKeyAuthLive } from "./TenantAuth.js"
@@ -26,9 +26,10 @@ import { SettingsHandlers } from "./SettingsHandlers.js"
 import { UsersHandlers } from "./UsersHandlers.js"
 import { EdgeMiddleware } from "./EdgeMiddleware.js"
 import { DeprecationsPage, deprecationsRoutes } from "./DeprecationsPage.js"
+import { DeprecationWarnings } from "./DeprecationWarnings.js"
 import { LegacyRoutes, legacyRoutes } from "./LegacyRoutes.js"
 import { Metrics } from "../ops/Metrics.js"
-import { createNodeServer } from "./NodeServer.js"
+import { createNodeServer, type RequestClaim } from "./NodeServer.js"
 import { ParleyApi } from "./ParleyApi.js"
 import { RouteTableLive, routesOf } from "./RouteTable.js"
 
@@ -66,7 +67,7 @@ const DrainLive = Layer.scopedDiscard(
 )
 
 /** Every route of the node behind the edge middleware. */
-export const AppRoutes = Layer.mergeAll(ApiRoutes, LegacyRoutes, OpsRoutes, DeprecationsPage, EdgeMiddleware).pipe(
+const AppRoutes = Layer.mergeAll(ApiRoutes, LegacyRoutes, OpsRoutes, DeprecationsPage, EdgeMiddleware).pipe(
   Layer.provide(RouteTableLive([
     ...routesOf(ParleyApi),
     { method: "GET", path: "/api/v1/openapi.json" },
@@ -77,7 +78,7 @@ export const AppRoutes = Layer.mergeAll(ApiRoutes, LegacyRoutes, OpsRoutes, Depr
 )
 
 /** Services the routes call per request. */
-export const RouteServices = Layer.mergeAll(
+const RouteServices = Layer.mergeAll(
   Tenants.Default,
   ApiKeys.Default,
   Readiness.Default,
@@ -86,19 +87,22 @@ export const RouteServices = Layer.mergeAll(
   PortalUsers.Default,
   Channels.Default,
   PublishableKeys.Default,
-  TokenSigner.Default
+  TokenSigner.Default,
+  DeprecationWarnings.Default
 ).pipe(
   Layer.provideMerge(AddressGuard.Default)
 )
 
 /** The HTTP server on `HOST`:`PORT`; the lean append route sees each request before the router. */
-export const ServerLive = Layer.unwrapEffect(
+const leaveToRouter: RequestClaim = () => false
+
+const ServerLive = Layer.unwrapEffect(
   Effect.gen(function*() {
     const config = yield* AppConfig
-    const appendRoute = yield* AppendRoute
+    const claim = (yield* LeanAppendRoute) ? (yield* AppendRoute).claim : leaveToRouter
     const metrics = yield* Metrics
     return NodeHttpServer.layer(
-      () => createNodeServer(appendRoute.claim, metrics.countUnrouted),
+      () => createNodeServer(claim, metrics.countUnrouted),
       { host: config.host, port: config.port }
     )
   })

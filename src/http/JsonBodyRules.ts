@@ -16,7 +16,7 @@ import {
  * Why the edge answers a request's body itself, before any route reads it: a 400 `bad_request`, or
  * a body over the size limit (answered as a declared length over it is, the connection closed).
  */
-export type BodyRefusal =
+type BodyRefusal =
   | { readonly _tag: "BadRequest"; readonly message: string }
   | { readonly _tag: "TooLarge" }
 

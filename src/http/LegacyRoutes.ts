@@ -12,6 +12,7 @@ import { Characters } from "../domain/Characters.js"
 import { findUnstorable } from "../domain/Unstorable.js"
 import { RateLimiter } from "../ratelimit/RateLimiter.js"
 import { clientAddress } from "./ClientAddress.js"
+import { DeprecationWarnings } from "./DeprecationWarnings.js"
 import { isBodyTooLarge, isJsonContentType, MAX_JSON_DEPTH, nestsDeeperThan } from "./EdgeRules.js"
 import type { RouteSpec } from "./RouteTable.js"
 
@@ -78,6 +79,7 @@ export const LegacyRoutes = HttpLayerRouter.addAll(Effect.gen(function*() {
   const conversations = yield* Conversations
   const limiter = yield* RateLimiter
   const signer = yield* TokenSigner
+  const warnings = yield* DeprecationWarnings
 
   /** A conversation-bound token for the legacy socket; the conversation must be on the token's channel. */
   const createToken = Effect.gen(function*() {
@@ -86,6 +88,7 @@ export const LegacyRoutes = HttpLayerRouter.addAll(Effect.gen(function*() {
     // Counted before the secret is looked up, so guessing secrets is limited too.
     yield* limiter.consume("token_create", clientAddress(request, config.trustedProxies), null)
     const channel = yield* tokens.authenticate(secret)
+    yield* warnings.warn("POST /api/v1/tokens", channel.id)
     // The user id becomes the sender of what the token's holder posts: unstorable text is refused.
     const body = yield* jsonBody(TokenRequest, (json) => (Predicate.isRecord(json) ? json["user_id"] : undefined)).pipe(
       Effect.catchTag("InvalidBody", () =>
@@ -111,6 +114,7 @@ export const LegacyRoutes = HttpLayerRouter.addAll(Effect.gen(function*() {
       // This route's own mapping (server-apis.md): 400, where the rule for a token's channel is 403.
       Effect.catchTag("CredentialChannelInactive", ({ message }) => Effect.fail(new ChannelInactive({ message })))
     )
+    yield* warnings.warn("POST /api/v1/conversations", channel.id)
     const body = yield* jsonBody(CreateConversationRequest, metadataOf).pipe(
       // A body over the size limit is an invalid body too (its rest is never read).
       Effect.catchIf((e) => e._tag === "RequestError" && isBodyTooLarge(e), () => Effect.fail(new InvalidBody())),

@@ -1,5 +1,7 @@
 import { IncomingMessage, Server, type ServerResponse } from "node:http"
 import type { Duplex } from "node:stream"
+import { BadRequest, Unavailable } from "../domain/ApiError.js"
+import { answerForError, type ErrorAnswer } from "./ErrorAnswer.js"
 import { envelopeBody } from "./ErrorEnvelope.js"
 import { requestIdFrom } from "./RequestId.js"
 
@@ -29,7 +31,7 @@ const clientErrorAnswer = (code: string | undefined) =>
     : { status: 400, reason: "Bad Request", code: "bad_request", message: "the request could not be parsed" }
 
 /** Told of each request the server answers itself, before any route: for the request metrics. */
-export type UnroutedAnswer = (route: "unparsed" | "stopping", method: string, status: number) => void
+type UnroutedAnswer = (route: "unparsed" | "stopping", method: string, status: number) => void
 
 /**
  * A request the HTTP parser refused (a control character in a header, a malformed line) gets the
@@ -52,24 +54,34 @@ const answerClientError = (answered: UnroutedAnswer) => (error: Error & { readon
 /** How soon a client refused by a stopping node should try again (on another node). */
 const STOPPING_RETRY_AFTER_MS = 1000
 
+/** A JSON answer the server writes itself, outside the router. */
+export interface Answer {
+  readonly status: number
+  readonly headers?: Readonly<Record<string, string>>
+  readonly body: unknown
+}
+
+/** Writes an answer outside the router; with `closeConnection`, the connection ends after it. */
+export const writeAnswer = (response: ServerResponse, requestId: string, answer: Answer, closeConnection: boolean) => {
+  const text = JSON.stringify(answer.body)
+  const headers: Record<string, string | number> = {
+    "content-type": "application/json",
+    "content-length": Buffer.byteLength(text),
+    "x-request-id": requestId
+  }
+  if (answer.headers !== undefined) Object.assign(headers, answer.headers)
+  if (closeConnection) headers["connection"] = "close"
+  if (!response.destroyed) {
+    response.writeHead(answer.status, headers)
+    response.end(text)
+  }
+}
+
 /** Answers a request the server refuses before any route with the envelope, then closes the connection. */
-const answerUnrouted = (
-  request: AbandonableRequest,
-  response: ServerResponse,
-  answer: { readonly status: number; readonly code: string; readonly message: string; readonly details: Record<string, unknown> | null },
-  headers: Record<string, string> = {}
-) => {
+const answerUnrouted = (request: AbandonableRequest, response: ServerResponse, answer: (requestId: string) => ErrorAnswer) => {
   const header = request.headers["x-request-id"]
   const requestId = requestIdFrom(Array.isArray(header) ? header[0] : header)
-  const body = JSON.stringify(envelopeBody(answer.code, answer.message, answer.details, requestId))
-  response.writeHead(answer.status, {
-    "content-type": "application/json",
-    "content-length": Buffer.byteLength(body),
-    "x-request-id": requestId,
-    ...headers,
-    connection: "close"
-  })
-  response.end(body)
+  writeAnswer(response, requestId, answer(requestId), true)
 }
 
 /**
@@ -78,12 +90,15 @@ const answerUnrouted = (
  * would otherwise wait, unanswered, until the process exits.
  */
 const answerStopping = (request: AbandonableRequest, response: ServerResponse, answered: UnroutedAnswer) => {
-  answerUnrouted(request, response, {
-    status: 503,
-    code: "unavailable",
-    message: "this node is not serving requests now (it is stopping), retry",
-    details: { reason: "draining", retry_after_ms: STOPPING_RETRY_AFTER_MS }
-  }, { "retry-after": String(STOPPING_RETRY_AFTER_MS / 1000) })
+  answerUnrouted(request, response, (requestId) =>
+    answerForError(
+      new Unavailable({
+        message: "this node is not serving requests now (it is stopping), retry",
+        reason: "draining",
+        retry_after_ms: STOPPING_RETRY_AFTER_MS
+      }),
+      requestId
+    ))
   answered("stopping", request.method ?? "unknown", 503)
 }
 
@@ -94,7 +109,8 @@ const answerStopping = (request: AbandonableRequest, response: ServerResponse, a
 const lacksHost = (request: AbandonableRequest) => request.httpVersion === "1.1" && request.headers.host === undefined
 
 const answerWithoutHost = (request: AbandonableRequest, response: ServerResponse, answered: UnroutedAnswer) => {
-  answerUnrouted(request, response, { status: 400, code: "bad_request", message: "the request has no Host header", details: null })
+  answerUnrouted(request, response, (requestId) =>
+    answerForError(new BadRequest({ message: "the request has no Host header" }), requestId))
   // The body, if any, is left unread: the connection cannot carry another request.
   request.abandoned = true
   answered("unparsed", request.method ?? "unknown", 400)

@@ -5,7 +5,7 @@ import * as HttpApp from "@effect/platform/HttpApp"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Context, Effect, Layer, Option, Schema } from "effect"
 import { ChannelTokens } from "../auth/ChannelTokens.js"
-import type { Actor } from "../auth/Actor.js"
+import { type TenantCredential, withScope } from "../auth/TenantCredential.js"
 import type { TenantGone } from "../db/ParentRows.js"
 import {
   CredentialChannelInactive,
@@ -19,35 +19,15 @@ import {
 import { allScopes, type AuthenticatedKey, type Scope } from "../domain/ApiKey.js"
 import { ApiKeys } from "../tenants/ApiKeys.js"
 import { envelope } from "./ErrorEnvelope.js"
-import { DEPRECATION_HEADERS, logDeprecatedUse } from "./DeprecationsPage.js"
+import { DEPRECATION_HEADERS } from "./DeprecationsPage.js"
+import { DeprecationWarnings } from "./DeprecationWarnings.js"
 import { refuseUnstorableBody } from "./JsonBodyRules.js"
 
 /** The tenant credential of the current request. */
-export interface TenantCredential {
-  readonly tenantId: string
-  /** The API key of the request; null for a channel token. */
-  readonly keyId: string | null
-  readonly scopes: ReadonlyArray<Scope>
-  /** The audit actor: `tenant_api` with the key id (the tenant id for the primary key). */
-  readonly actor: Actor
-  /** Set when the request came with a (deprecated) channel token: it reaches only that channel. */
-  readonly channelId: string | null
-}
-
 export class CurrentCredential extends Context.Tag("parley/CurrentCredential")<CurrentCredential, TenantCredential>() {}
 
-/** `effect`, or 403 `insufficient_scope` unless the credential holds `scope`. */
-export const withScope = <A, E, R>(
-  credential: TenantCredential,
-  scope: Scope,
-  effect: Effect.Effect<A, E, R>
-): Effect.Effect<A, E | InsufficientScope, R> =>
-  credential.scopes.includes(scope)
-    ? effect
-    : Effect.fail(new InsufficientScope({ message: `this key lacks the ${scope} scope`, required: [scope] }))
-
 /** 403 `insufficient_scope` unless the credential holds `scope`. */
-export const checkScope = (credential: TenantCredential, scope: Scope) => withScope(credential, scope, Effect.succeed(credential))
+const checkScope = (credential: TenantCredential, scope: Scope) => withScope(credential, scope, Effect.succeed(credential))
 
 /** 403 `insufficient_scope` unless the request's key holds `scope`. */
 export const requireScope = (scope: Scope) => Effect.flatMap(CurrentCredential, (credential) => checkScope(credential, scope))
@@ -127,18 +107,21 @@ export const ManageAuthLive = Layer.effect(
 )
 
 /**
- * Marks the response of a deprecated part of a request the route finds (`Deprecation`, `Link`)
- * and logs the use. Channel tokens and the legacy routes are marked at the edge, whatever the answer.
+ * Marks the response of a deprecated part of a request the route finds (`Deprecation`, `Link`).
+ * Channel tokens and the legacy routes are marked at the edge, whatever the answer.
  */
-export const markDeprecated = (surface: string) =>
-  HttpApp.appendPreResponseHandler((_request, response) =>
-    Effect.succeed(HttpServerResponse.setHeaders(response, DEPRECATION_HEADERS))
-  ).pipe(Effect.zipRight(logDeprecatedUse(surface)))
+export const markDeprecated = HttpApp.appendPreResponseHandler((_request, response) =>
+  Effect.succeed(HttpServerResponse.setHeaders(response, DEPRECATION_HEADERS))
+)
 
-/** Authenticates a deprecated channel token (the channel secret): every scope, but only for its own channel. */
-export const authenticateChannelToken = (tokens: ChannelTokens, token: string) =>
+/**
+ * Authenticates a deprecated channel token (the channel secret): every scope, but only for its own
+ * channel. Only a token that authenticates warns of the deprecation.
+ */
+const authenticateChannelToken = (tokens: ChannelTokens, warnings: DeprecationWarnings, token: string) =>
   Effect.gen(function*() {
     const channel = yield* tokens.authenticate(token)
+    yield* warnings.warn("x-channel-token", channel.id)
     return {
       tenantId: channel.tenant_id,
       keyId: null,
@@ -174,13 +157,14 @@ export const TenantAuthLive = Layer.effect(
   Effect.gen(function*() {
     const keys = yield* ApiKeys
     const tokens = yield* ChannelTokens
+    const warnings = yield* DeprecationWarnings
     return TenantAuth.of({
       apiKey: () =>
         Effect.gen(function*() {
           const request = yield* HttpServerRequest.HttpServerRequest
           const channelToken = request.headers["x-channel-token"]
           return byChannelToken(request) && channelToken !== undefined
-            ? yield* authenticateChannelToken(tokens, channelToken)
+            ? yield* authenticateChannelToken(tokens, warnings, channelToken)
             : yield* authenticate(keys)
         })
     })

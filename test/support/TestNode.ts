@@ -1,6 +1,7 @@
 import { ConfigProvider, Context, Effect, Layer } from "effect"
 import { type AddressInfo, createServer } from "node:net"
 import { AppConfig } from "../../src/config/AppConfig.js"
+import { LeanAppendRoute } from "../../src/http/AppendRoute.js"
 import { LoggingLive, NodeLive } from "../../src/NodeLive.js"
 import { TestDatabase, TestDatabaseLive } from "./TestDatabase.js"
 
@@ -42,8 +43,11 @@ export const freePorts = (count: number) =>
 
 export const freePort = Effect.map(freePorts(1), (ports) => ports[0]!)
 
-/** A whole node in this process, on a free port and the test file's database. */
-export const TestNodeLive = (env: Record<string, string> = {}) =>
+/**
+ * A whole node in this process, on a free port and the test file's database. Without the lean
+ * append route, appends take the router's way.
+ */
+export const TestNodeLive = (env: Record<string, string> = {}, options: { readonly leanAppendRoute?: boolean } = {}) =>
   Layer.unwrapScoped(
     Effect.gen(function*() {
       const db = yield* TestDatabase
@@ -66,6 +70,7 @@ export const TestNodeLive = (env: Record<string, string> = {}) =>
         // As in main.ts, so that LOG_LEVEL applies to the node under test.
         Layer.provide(LoggingLive),
         Layer.provide(AppConfig.Default),
+        Layer.provide(Layer.succeed(LeanAppendRoute, options.leanAppendRoute ?? true)),
         Layer.provide(Layer.setConfigProvider(provider))
       )
     })
