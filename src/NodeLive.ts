@@ -1,10 +1,11 @@
 import { Effect, Layer, Logger, LogLevel } from "effect"
 import { ClusterLive } from "../cluster/ClusterLive.js"
-import { ConversationCores } from "../cluster/ConversationCores.js"
 import { ConversationEntityLive } from "../cluster/ConversationEntityLive.js"
 import { ConversationExpiryLive } from "../cluster/ConversationExpiry.js"
+import { ConversationOwnersLive } from "../cluster/ConversationOwnersLive.js"
 import { AppConfig } from "./config/AppConfig.js"
 import { ActivityStore } from "./conversations/ActivityStore.js"
+import { ConversationCores } from "./conversations/ConversationCores.js"
 import { ConversationPurge, ConversationPurgeLive } from "./conversations/ConversationPurge.js"
 import { ConversationStateRepo } from "./conversations/ConversationState.js"
 import { RateLimiter } from "./ratelimit/RateLimiter.js"
@@ -44,7 +45,9 @@ export const NodeLive = HttpLive.pipe(
   ),
   // Merged into the output, so in-process test nodes can reach the hub and the limiter.
   Layer.provideMerge(Layer.mergeAll(ConversationHub.Default, RateLimiter.Default, ConversationCores.Default)),
-  Layer.provideMerge(Layer.mergeAll(ActivityStore.Default, ConversationStateRepo.Default, ConversationPurge.Default)),
+  Layer.provideMerge(
+    Layer.mergeAll(ActivityStore.Default, ConversationStateRepo.Default, ConversationPurge.Default, ConversationOwnersLive)
+  ),
   Layer.provideMerge(ClusterLive),
   // Merged into the output, so in-process test nodes can start a drain.
   Layer.provideMerge(NodeServices),

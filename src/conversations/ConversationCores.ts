@@ -1,7 +1,7 @@
 import { EntityId, Sharding, type ShardId } from "@effect/cluster"
 import { Duration, Effect, ExecutionStrategy, Exit, Fiber, Runtime, Schedule, Scope } from "effect"
-import { ActivityStore } from "../src/conversations/ActivityStore.js"
-import { ConversationStateRepo } from "../src/conversations/ConversationState.js"
+import { ActivityStore } from "./ActivityStore.js"
+import { ConversationStateRepo } from "./ConversationState.js"
 import { type ConversationCore, makeConversationCore } from "./ConversationCore.js"
 
 /** A core unused this long, with no open stream, is dropped (its state is reloaded when needed). */
