@@ -67,11 +67,32 @@ const failureTag = (answer: RoundAnswer) => errorOf(answer)?._tag
 const NOTHING_DELETED: ReadonlySet<string> = new Set()
 
 describe("RoundDecision", () => {
+  it("an append after a close in the same round is refused as closed, and only the close is written", () => {
+    const close = setStatus("closed")
+    const late = append(messageDraft("after the close"))
+    const decided = decide([close, late], conversation("active"), [], NOTHING_DELETED, NOW)
+    expect(decided.answered.map(([command, answer]) => [command, failureTag(answer)])).toEqual([[late, "ConversationClosed"]])
+    expect(decided.waiting).toEqual([[close, null]])
+    expect(decided.drafts.map((draft) => draft.metadata)).toEqual([
+      { event: "conversation_closed", status: "closed", reason: "manual" }
+    ])
+    expect([decided.status, decided.statusChange]).toEqual(["closed", "closed"])
+  })
+
   it("an append before a close in the same round is written with it", () => {
     const first = append(messageDraft("before the close"))
     const decided = decide([first, setStatus("closed")], conversation("active"), [], NOTHING_DELETED, NOW)
     expect(decided.answered).toEqual([])
     expect(decided.drafts.map((draft) => draft.text)).toEqual(["before the close", null])
+  })
+
+  it("an append after a reopen in the same round is written", () => {
+    const reopen = setStatus("active")
+    const after = append(messageDraft("after the reopen"))
+    const decided = decide([after, reopen, append(messageDraft("second"))], conversation("closed"), [], NOTHING_DELETED, NOW)
+    expect(decided.answered.map(([, answer]) => failureTag(answer))).toEqual(["ConversationClosed"])
+    expect(decided.drafts.map((draft) => draft.text)).toEqual([null, "second"])
+    expect(decided.statusChange).toBe("active")
   })
 
   it("a draft stored already is answered with the stored activity, by id or by key", () => {
