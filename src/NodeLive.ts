@@ -44,7 +44,7 @@ export const NodeLive = HttpLive.pipe(
     Layer.mergeAll(ConversationEntityLive, ConversationExpiryLive, ConversationPurgeLive, HousekeepingLive, NodeMetricsLive)
   ),
   // Merged into the output, so in-process test nodes can reach the hub and the limiter.
-  Layer.provideMerge(Layer.mergeAll(ConversationHub.Default, RateLimiter.Default, ConversationCores.Default)),
+  Layer.provideMerge(Layer.mergeAll(ConversationHub.Default, RateLimiter.Default, ConversationCores.Default())),
   Layer.provideMerge(
     Layer.mergeAll(ActivityStore.Default, ConversationStateRepo.Default, ConversationPurge.Default, ConversationOwnersLive)
   ),

@@ -29,7 +29,7 @@ const secondOwner = (conversationId: string, failing: { on: boolean }) =>
           failing.on ? Effect.fail(new SqlError.SqlError({ cause: "injected", message: "connection reset" })) : real.load(id)
         )
     })
-    return yield* makeConversationCore(conversationId, () => true).pipe(
+    return yield* makeConversationCore(conversationId, () => true, () => {}).pipe(
       Effect.provideService(ActivityStore, yield* ActivityStore),
       Effect.provideService(ConversationStateRepo, states)
     )
@@ -102,7 +102,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
       )
       const conversations = Context.get(
         yield* Layer.build(Conversations.Default.pipe(
-          Layer.provide(ConversationCores.Default),
+          Layer.provide(ConversationCores.Default()),
           Layer.provide(MovedAfterStoring),
           Layer.provide(OwnsNoShard)
         )),
@@ -123,7 +123,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
     Effect.gen(function*() {
       const { conversationId, tenant } = yield* tenantWithConversation
       const scope = yield* Scope.make(ExecutionStrategy.sequential)
-      const core = yield* makeConversationCore(conversationId, () => true).pipe(
+      const core = yield* makeConversationCore(conversationId, () => true, () => {}).pipe(
         Scope.extend(scope),
         Effect.provideService(ActivityStore, yield* ActivityStore),
         Effect.provideService(ConversationStateRepo, yield* ConversationStateRepo)
@@ -249,7 +249,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
         ...real,
         write: (group) => Effect.zipRight(Effect.sleep("300 millis"), real.write(group))
       })
-      const core = yield* makeConversationCore(conversationId, () => true).pipe(
+      const core = yield* makeConversationCore(conversationId, () => true, () => {}).pipe(
         Effect.provideService(ActivityStore, slowWriter),
         Effect.provideService(ConversationStateRepo, yield* ConversationStateRepo)
       )
@@ -313,7 +313,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
     return Effect.gen(function*() {
       // A bug in reading the state: the round that meets it writes the core's one log line.
       const buggyStates = Layer.succeed(ConversationStateRepo, ConversationStateRepo.make({ load: () => Effect.die("a bug") }))
-      const cores = Context.get(yield* Layer.build(ConversationCores.Default.pipe(Layer.provide(buggyStates))), ConversationCores)
+      const cores = Context.get(yield* Layer.build(ConversationCores.Default().pipe(Layer.provide(buggyStates))), ConversationCores)
       const { conversationId, tenant } = yield* tenantWithConversation
       const core = yield* cores.get(conversationId).pipe(Effect.annotateLogs("request_id", "the-first-caller"))
       // A status change is decided by the core's own fiber, not inline in its caller's.

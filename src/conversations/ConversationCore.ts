@@ -53,9 +53,9 @@ const NO_IDS: ReadonlySet<string> = new Set()
  * one conversation share a transaction. The head moves only after commit, and a conflict (another
  * owner wrote first) reloads the state from the database and retries. When `isOwned` turns false
  * the core forgets its state and answers `Moved`. Closing the scope answers `Moved` to whatever
- * still waits.
+ * still waits. A load that finds no conversation calls `onMissing` before its commands get their 404.
  */
-export const makeConversationCore = (conversationId: string, isOwned: () => boolean) =>
+export const makeConversationCore = (conversationId: string, isOwned: () => boolean, onMissing: () => void) =>
   Effect.gen(function*() {
     const store = yield* ActivityStore
     const states = yield* ConversationStateRepo
@@ -233,7 +233,7 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
             // As when the look-up fails (`decideAndWrite`): what may be stored already is not a 503.
             ? failUnwritten(commands, appendMayBeStored(attempt, now))
             : Option.isNone(loaded.right)
-            ? failAll(commands, new NotFound({ message: `conversation ${conversationId} not found` }))
+            ? Effect.zipRight(Effect.sync(onMissing), failAll(commands, new NotFound({ message: `conversation ${conversationId} not found` })))
             : decideAndWrite(commands, loaded.right.value, attempt))
       })
 
@@ -281,7 +281,9 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
         inbox.call((done: StatusDone): Command => ({ _tag: "SetStatus", ...request, arrivedLate: request.deadline < Date.now(), done })),
       subscribe,
       /** The streams open on this core (while there are any, it is kept however idle it is). */
-      subscribers: () => subscribers
+      subscribers: () => subscribers,
+      /** True while no stream is open and no command waits or runs: the core can be dropped. */
+      idle: () => subscribers === 0 && inbox.idle()
     } as const
   })
 
