@@ -2,14 +2,8 @@ import { Entity } from "@effect/cluster"
 import { Rpc } from "@effect/rpc"
 import { Schema } from "effect"
 import { Activity, ActivityDraft } from "../src/domain/Activity.js"
+import { WriteOutcomeUnknown } from "../src/conversations/ConversationOwners.js"
 import { ConversationClosed, InvalidMessage, NotFound, Unauthorized, Unavailable } from "../src/domain/ApiError.js"
-
-/**
- * The write failed in a way that leaves its outcome open (its connection broke after sending it):
- * the caller looks the draft (or the status) up once it is settled (WriteTimings), never answering
- * a 503 for a change that was stored.
- */
-export class WriteOutcomeUnknown extends Schema.TaggedError<WriteOutcomeUnknown>()("WriteOutcomeUnknown", {}) {}
 
 /** Appends one activity; re-sending the same draft id or idempotency key returns the stored one. */
 export const Append = Rpc.make("Append", {

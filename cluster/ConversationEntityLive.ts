@@ -2,7 +2,7 @@ import { Entity } from "@effect/cluster"
 import { Duration, Effect, Fiber, Random, Stream } from "effect"
 import { AppConfig } from "../src/config/AppConfig.js"
 import { Unavailable } from "../src/domain/ApiError.js"
-import { ConversationCores } from "./ConversationCores.js"
+import { ConversationCores } from "../src/conversations/ConversationCores.js"
 import { ConversationEntity } from "./ConversationEntity.js"
 
 /**

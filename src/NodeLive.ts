@@ -1,11 +1,12 @@
 import { Effect, Layer, Logger, LogLevel } from "effect"
 import { ClusterLive } from "../cluster/ClusterLive.js"
-import { ConversationCores } from "../cluster/ConversationCores.js"
 import { ConversationEntityLive } from "../cluster/ConversationEntityLive.js"
 import { ConversationExpiryLive } from "../cluster/ConversationExpiry.js"
+import { ConversationOwnersLive } from "../cluster/ConversationOwnersLive.js"
 import { AppConfig } from "./config/AppConfig.js"
 import { ActivityRepo } from "./conversations/ActivityRepo.js"
 import { ActivityWriter } from "./conversations/ActivityWriter.js"
+import { ConversationCores } from "./conversations/ConversationCores.js"
 import { ConversationPurge, ConversationPurgeLive } from "./conversations/ConversationPurge.js"
 import { ConversationStateRepo } from "./conversations/ConversationState.js"
 import { RateLimiter } from "./ratelimit/RateLimiter.js"
@@ -46,9 +47,15 @@ export const NodeLive = HttpLive.pipe(
     Layer.mergeAll(ConversationEntityLive, ConversationExpiryLive, ConversationPurgeLive, HousekeepingLive, NodeMetricsLive)
   ),
   // Merged into the output, so in-process test nodes can reach the hub and the limiter.
-  Layer.provideMerge(Layer.mergeAll(ConversationHub.Default, RateLimiter.Default, ConversationCores.Default)),
+  Layer.provideMerge(Layer.mergeAll(ConversationHub.Default, RateLimiter.Default, ConversationCores.Default())),
   Layer.provideMerge(
-    Layer.mergeAll(ActivityWriter.Default, ActivityRepo.Default, ConversationStateRepo.Default, ConversationPurge.Default)
+    Layer.mergeAll(
+      ActivityWriter.Default,
+      ActivityRepo.Default,
+      ConversationStateRepo.Default,
+      ConversationPurge.Default,
+      ConversationOwnersLive
+    )
   ),
   // Built before the writer and released after it.
   Layer.provide(WriterClientLive),

@@ -1,6 +1,6 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { ConversationCores } from "../cluster/ConversationCores.js"
+import { ConversationCores } from "../src/conversations/ConversationCores.js"
 import { insertChannel, insertConversation, tenantApi } from "./support/Fixtures.js"
 import { eventually } from "./support/Eventually.js"
 import { spawnNode } from "./support/NodeProcess.js"

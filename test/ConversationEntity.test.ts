@@ -2,8 +2,9 @@ import { expect, layer } from "@effect/vitest"
 import { SqlClient, SqlError } from "@effect/sql"
 import { Sharding } from "@effect/cluster"
 import { Cause, Context, Effect, ExecutionStrategy, Exit, Fiber, FiberId, HashMap, Layer, Logger, LogLevel, Runtime, Schedule, Scope } from "effect"
-import { type AppendRequest, makeConversationCore, type StatusRequest } from "../cluster/ConversationCore.js"
-import { ConversationCores } from "../cluster/ConversationCores.js"
+import { makeConversationCore } from "../src/conversations/ConversationCore.js"
+import { ConversationCores } from "../src/conversations/ConversationCores.js"
+import type { AppendRequest, StatusRequest } from "../src/conversations/ConversationOwners.js"
 import { moved } from "../cluster/ConversationEntityLive.js"
 import { ConversationEntity } from "../cluster/ConversationEntity.js"
 import { ActivityRepo } from "../src/conversations/ActivityRepo.js"
@@ -29,7 +30,7 @@ const secondOwner = (conversationId: string, failing: { on: boolean }) =>
           failing.on ? Effect.fail(new SqlError.SqlError({ cause: "injected", message: "connection reset" })) : real.load(id)
         )
     })
-    return yield* makeConversationCore(conversationId, () => true).pipe(
+    return yield* makeConversationCore(conversationId, () => true, () => {}).pipe(
       Effect.provideService(ActivityWriter, yield* ActivityWriter),
       Effect.provideService(ActivityRepo, yield* ActivityRepo),
       Effect.provideService(ConversationStateRepo, states)
@@ -103,7 +104,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
       )
       const conversations = Context.get(
         yield* Layer.build(Conversations.Default.pipe(
-          Layer.provide(ConversationCores.Default),
+          Layer.provide(ConversationCores.Default()),
           Layer.provide(MovedAfterStoring),
           Layer.provide(OwnsNoShard)
         )),
@@ -124,7 +125,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
     Effect.gen(function*() {
       const { conversationId, tenant } = yield* tenantWithConversation
       const scope = yield* Scope.make(ExecutionStrategy.sequential)
-      const core = yield* makeConversationCore(conversationId, () => true).pipe(
+      const core = yield* makeConversationCore(conversationId, () => true, () => {}).pipe(
         Scope.extend(scope),
         Effect.provideService(ActivityWriter, yield* ActivityWriter),
       Effect.provideService(ActivityRepo, yield* ActivityRepo),
@@ -250,7 +251,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
       const slowWriter = ActivityWriter.make({
         write: (group) => Effect.zipRight(Effect.sleep("300 millis"), real.write(group))
       })
-      const core = yield* makeConversationCore(conversationId, () => true).pipe(
+      const core = yield* makeConversationCore(conversationId, () => true, () => {}).pipe(
         Effect.provideService(ActivityWriter, slowWriter),
         Effect.provideService(ActivityRepo, yield* ActivityRepo),
         Effect.provideService(ConversationStateRepo, yield* ConversationStateRepo)
@@ -315,7 +316,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
     return Effect.gen(function*() {
       // A bug in reading the state: the round that meets it writes the core's one log line.
       const buggyStates = Layer.succeed(ConversationStateRepo, ConversationStateRepo.make({ load: () => Effect.die("a bug") }))
-      const cores = Context.get(yield* Layer.build(ConversationCores.Default.pipe(Layer.provide(buggyStates))), ConversationCores)
+      const cores = Context.get(yield* Layer.build(ConversationCores.Default().pipe(Layer.provide(buggyStates))), ConversationCores)
       const { conversationId, tenant } = yield* tenantWithConversation
       const core = yield* cores.get(conversationId).pipe(Effect.annotateLogs("request_id", "the-first-caller"))
       // A status change is decided by the core's own fiber, not inline in its caller's.

@@ -1,7 +1,4 @@
 import { Cause, Data, Effect, Either, Option, Schedule } from "effect"
-import type { AppendRequest, ConversationCore } from "../../cluster/ConversationCore.js"
-import { ConversationCores } from "../../cluster/ConversationCores.js"
-import { ConversationEntity } from "../../cluster/ConversationEntity.js"
 import { answerWithin } from "../concurrency/WorkQueue.js"
 import { orUnavailable } from "../db/SqlFailure.js"
 import type { Activity, ActivityDraft } from "../domain/Activity.js"
@@ -24,6 +21,9 @@ import {
   refusedOnDeletedTarget
 } from "./ActivityRules.js"
 import { ActivityRepo } from "./ActivityRepo.js"
+import type { ConversationCore } from "./ConversationCore.js"
+import { ConversationCores } from "./ConversationCores.js"
+import { type AppendRequest, ConversationOwners } from "./ConversationOwners.js"
 import { ConversationRepo, type ListFilter } from "./ConversationRepo.js"
 import { ANSWER_TIMEOUT_MS, WRITE_DEADLINE_MS, WRITE_SETTLED_AFTER_MS } from "./WriteTimings.js"
 
@@ -109,12 +109,12 @@ export interface ConversationScope {
 /** A page of activities and the watermark to continue from. */
 export type ActivityPage = { readonly items: ReadonlyArray<Activity>; readonly watermark: number | null; readonly hasMore: boolean }
 
-/** Conversations and their activities: reads from the database, every write through the entity. */
+/** Conversations and their activities: reads from the database, every write through the conversation's owner. */
 export class Conversations extends Effect.Service<Conversations>()("parley/Conversations", {
   effect: Effect.gen(function*() {
     const repo = yield* ConversationRepo
     const store = yield* ActivityRepo
-    const entity = yield* ConversationEntity.client
+    const owners = yield* ConversationOwners
     const cores = yield* ConversationCores
 
     /**
@@ -204,7 +204,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
       // Built only when taken: most appends go to a local core. A call made anew for each sending.
       const viaCluster = Effect.suspend(() =>
         writeThroughCluster(
-          Effect.suspend(() => entity(conversationId).Append(request)).pipe(
+          Effect.suspend(() => owners.append(conversationId, request)).pipe(
             // The owner let go of the shard before taking the command (a handoff, a lost lock). Sent
             // again, it reaches the next owner, which answers with the stored activity if an owner
             // lost before wrote this draft (a crash re-send): that answer must not be a 503. Past the
@@ -357,7 +357,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
         const deadline = Date.now() + WRITE_DEADLINE_MS
         // A change left without its answer may have committed: a 503 would say it did not.
         yield* writeThroughCluster(
-          entity(conversationId).SetStatus({ tenantId: scope.tenantId, status, reason: "manual", idleSince: null, deadline }),
+          owners.setStatus(conversationId, { tenantId: scope.tenantId, status, reason: "manual", idleSince: null, deadline }),
           ANSWER_TIMEOUT_MS,
           (notStored) => settleStatus(scope.tenantId, conversationId, status, deadline, notStored)
         )

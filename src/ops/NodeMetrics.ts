@@ -1,6 +1,6 @@
 import { Sharding, ShardId } from "@effect/cluster"
 import { Effect, Layer, Runtime } from "effect"
-import { ConversationCores } from "../../cluster/ConversationCores.js"
+import { ConversationCores } from "../conversations/ConversationCores.js"
 import { DatabasePool } from "../db/Database.js"
 import { Lifecycle } from "./Lifecycle.js"
 import { Metrics } from "./Metrics.js"

@@ -1,6 +1,6 @@
 import { Data, Duration, Effect, ExecutionStrategy, Exit, Fiber, PubSub, Ref, Runtime, Schedule, Scope, Stream } from "effect"
-import { ConversationEntity } from "../../cluster/ConversationEntity.js"
 import { ActivityRepo } from "../conversations/ActivityRepo.js"
+import { ConversationOwners } from "../conversations/ConversationOwners.js"
 import { inSeqOrder, livePubSub, type ReadAfter, storedBetween } from "../conversations/SeqFollower.js"
 import type { Activity } from "../domain/Activity.js"
 import { databaseUnavailable, type Unavailable } from "../domain/ApiError.js"
@@ -48,7 +48,7 @@ type Feed = Pick<Topic, "pubsub" | "last" | "publishing" | "announced">
 export class ConversationHub extends Effect.Service<ConversationHub>()("parley/ConversationHub", {
   scoped: Effect.gen(function*() {
     const store = yield* ActivityRepo
-    const entity = yield* ConversationEntity.client
+    const owners = yield* ConversationOwners
     const hubScope = yield* Effect.scope
     // Followers run as fibers of the hub, as conversation cores run as fibers of their service: one
     // forked by the listener whose subscribe opened its topic would log with that listener's request
@@ -83,7 +83,7 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
       Ref.get(topic.last).pipe(
         Effect.tap((fromSeq) => Ref.set(topic.announced, fromSeq)),
         Effect.flatMap((fromSeq) =>
-          entity(conversationId).Subscribe({ fromSeq }).pipe(
+          owners.subscribe(conversationId, fromSeq).pipe(
             Stream.runForEach((activity) =>
               Ref.modify(topic.announced, (announced) => [activity.seq > announced, Math.max(announced, activity.seq)]).pipe(
                 // A stream's seqs only rise: one that starts again was re-sent after its owner crashed,

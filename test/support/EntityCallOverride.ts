@@ -1,6 +1,7 @@
 import { Sharding } from "@effect/cluster"
 import { Effect, Layer } from "effect"
 import { ConversationEntity } from "../../cluster/ConversationEntity.js"
+import { ConversationOwnersLive } from "../../cluster/ConversationOwnersLive.js"
 
 /** A client of one conversation entity, as the cluster makes it. */
 export type ConversationClient = ReturnType<Effect.Effect.Success<typeof ConversationEntity.client>>
@@ -8,7 +9,8 @@ export type ConversationClient = ReturnType<Effect.Effect.Success<typeof Convers
 /**
  * The node's cluster, except that calls of `method` on conversation entity clients go to what
  * `replace` makes of the entity's real client (and its id): a way to make the cluster fail or re-send as it does
- * when an owner stops or crashes, without stopping one. Every other call is the real one.
+ * when an owner stops or crashes, without stopping one. Every other call is the real one. The
+ * conversations' owners are reached through this cluster too.
  */
 export const overrideConversationCall = (
   method: keyof ConversationClient,
@@ -32,4 +34,4 @@ export const overrideConversationCall = (
             }))
       })
     })
-  )
+  ).pipe((sharding) => Layer.provideMerge(ConversationOwnersLive, sharding))

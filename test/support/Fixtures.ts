@@ -17,10 +17,14 @@ export const insertChannel = (tenantId: string, fields: { readonly mode?: string
     return { id, secret }
   })
 
-/** A conversation stored directly on a channel (origin), with its channel link. */
-export const insertConversation = (tenantId: string, channelId: string, fields: { readonly metadata?: object } = {}) =>
+/** A conversation stored directly on a channel (origin), with its channel link; a new id unless one is given. */
+export const insertConversation = (
+  tenantId: string,
+  channelId: string,
+  fields: { readonly metadata?: object; readonly id?: string } = {}
+) =>
   Effect.gen(function*() {
-    const id = crypto.randomUUID()
+    const id = fields.id ?? crypto.randomUUID()
     yield* query(
       `INSERT INTO conversations (id, tenant_id, channel_id, origin_channel_id, metadata) VALUES ($1, $2, $3, $3, $4)`,
       [id, tenantId, channelId, JSON.stringify(fields.metadata ?? {})]

@@ -1,13 +1,19 @@
 import { EntityId, Sharding, type ShardId } from "@effect/cluster"
 import { Duration, Effect, ExecutionStrategy, Exit, Fiber, Runtime, Schedule, Scope } from "effect"
-import { ActivityRepo } from "../src/conversations/ActivityRepo.js"
-import { ActivityWriter } from "../src/conversations/ActivityWriter.js"
-import { ConversationStateRepo } from "../src/conversations/ConversationState.js"
+import { ActivityRepo } from "./ActivityRepo.js"
+import { ActivityWriter } from "./ActivityWriter.js"
+import { ConversationStateRepo } from "./ConversationState.js"
 import { type ConversationCore, makeConversationCore } from "./ConversationCore.js"
 
 /** A core unused this long, with no open stream, is dropped (its state is reloaded when needed). */
 const IDLE_AFTER = Duration.minutes(5)
 const SWEEP_EVERY = Duration.minutes(1)
+/**
+ * The cores one node runs at most: starting one more first drops the least recently used idle ones
+ * (no stream open, no command waiting or running). Busy ones are never dropped: when every core is
+ * busy the new one starts anyway, and later starts bring the count back down as cores fall idle.
+ */
+export const MAX_RUNNING_CORES = 10_000
 
 interface Running {
   readonly core: ConversationCore
@@ -18,18 +24,20 @@ interface Running {
 }
 
 /**
- * The conversation cores running on this node, one per conversation whose shard it owns. The
- * conversation entity delegates to them, and so do local callers directly: an append for a
- * conversation this node owns skips the cluster's RPC layers. Ownership is checked per round; a
- * moment with two owners (handoff, crash) is still settled by the database's compare-and-set.
+ * The conversation cores running on this node, one per conversation whose shard it owns, at most
+ * `maxRunning` of them while any is idle. The conversation entity delegates to them, and so do local
+ * callers directly: an append for a conversation this node owns skips the cluster's RPC layers.
+ * Ownership is checked per round; a moment with two owners (handoff, crash) is still settled by the
+ * database's compare-and-set. A core whose conversation does not exist is dropped at once.
  */
 export class ConversationCores extends Effect.Service<ConversationCores>()("parley/ConversationCores", {
-  scoped: Effect.gen(function*() {
+  scoped: (maxRunning: number = MAX_RUNNING_CORES) => Effect.gen(function*() {
     const sharding = yield* Sharding.Sharding
     const writer = yield* ActivityWriter
     const store = yield* ActivityRepo
     const states = yield* ConversationStateRepo
     const scope = yield* Effect.scope
+    // In order of use, least recent first.
     const running = new Map<string, Running>()
     const creating = yield* Effect.makeSemaphore(1)
     // Cores start in fibers of this service, not in their first caller's: a core's long-lived fiber
@@ -45,8 +53,48 @@ export class ConversationCores extends Effect.Service<ConversationCores>()("parl
 
     const existing = (conversationId: string) => {
       const entry = running.get(conversationId)
-      if (entry !== undefined) entry.lastUsed = performance.now()
-      return entry?.core
+      if (entry === undefined) return undefined
+      entry.lastUsed = performance.now()
+      running.delete(conversationId)
+      running.set(conversationId, entry)
+      return entry.core
+    }
+
+    /** Takes the cores out at once; their scopes close after (a closing core still answers what it took). */
+    const drop = (entries: ReadonlyArray<readonly [string, Running]>) => {
+      for (const [id] of entries) running.delete(id)
+      return Effect.forEach(entries, ([, entry]) => Scope.close(entry.scope, Exit.void), { discard: true })
+    }
+
+    /**
+     * Drops the least recently used idle cores until one more fits within `maxRunning`. A busy core
+     * passed over counts as used now, so the next start does not look at it first again.
+     */
+    const makeRoom = Effect.suspend(() => {
+      const excess = running.size + 1 - maxRunning
+      if (excess <= 0) return Effect.void
+      const idle: Array<readonly [string, Running]> = []
+      const busy: Array<readonly [string, Running]> = []
+      for (const pair of running) {
+        if (idle.length === excess) break
+        ;(pair[1].core.idle() ? idle : busy).push(pair)
+      }
+      for (const [id, entry] of busy) {
+        running.delete(id)
+        running.set(id, entry)
+      }
+      return drop(idle)
+    })
+
+    /**
+     * Called by a core whose conversation was not found: it goes at once (unless a stream is open on
+     * it), and a later command starts a new one. Its last round still answers what it took.
+     */
+    const missing = (conversationId: string, child: Scope.CloseableScope) => () => {
+      const entry = running.get(conversationId)
+      if (entry?.scope !== child || entry.core.subscribers() > 0) return
+      running.delete(conversationId)
+      startDetached(Scope.close(child, Exit.void))
     }
 
     /** The conversation's core, started on first use. */
@@ -59,9 +107,14 @@ export class ConversationCores extends Effect.Service<ConversationCores>()("parl
             const raced = existing(conversationId)
             if (raced !== undefined) return Effect.succeed(raced)
             return Effect.gen(function*() {
+              yield* makeRoom
               const child = yield* Scope.fork(scope, ExecutionStrategy.sequential)
               const shardId = shardOf(conversationId)
-              const core = yield* makeConversationCore(conversationId, () => sharding.hasShardId(shardId)).pipe(
+              const core = yield* makeConversationCore(
+                conversationId,
+                () => sharding.hasShardId(shardId),
+                missing(conversationId, child)
+              ).pipe(
                 Scope.extend(child),
                 Effect.provideService(ActivityWriter, writer),
                 Effect.provideService(ActivityRepo, store),
@@ -78,9 +131,7 @@ export class ConversationCores extends Effect.Service<ConversationCores>()("parl
 
     const sweep = Effect.suspend(() => {
       const cutoff = performance.now() - Duration.toMillis(IDLE_AFTER)
-      const idle = [...running].filter(([, entry]) => entry.lastUsed < cutoff && entry.core.subscribers() === 0)
-      for (const [id] of idle) running.delete(id)
-      return Effect.forEach(idle, ([, entry]) => Scope.close(entry.scope, Exit.void), { discard: true })
+      return drop([...running].filter(([, entry]) => entry.lastUsed < cutoff && entry.core.idle()))
     })
     yield* Effect.forkScoped(sweep.pipe(Effect.repeat(Schedule.spaced(SWEEP_EVERY))))
 
