@@ -2,7 +2,7 @@ import { Data, Effect, Either, Exit, Option, PubSub, Stream } from "effect"
 import { answerWithin, awaitReply, type Reply } from "../src/concurrency/WorkQueue.js"
 import { DELETED_TARGET, refusedOnDeletedTarget } from "../src/conversations/ActivityRules.js"
 import { ActivityStore, MAX_STATEMENT_JSON, type PlannedDelivery } from "../src/conversations/ActivityStore.js"
-import { isOutcomeUnknown } from "../src/db/SqlErrors.js"
+import { isOutcomeUnknown, isStatementBug } from "../src/db/SqlErrors.js"
 import { inSeqOrder, livePubSub } from "../src/conversations/SeqFollower.js"
 import { type ConversationState, ConversationStateRepo } from "../src/conversations/ConversationState.js"
 import type { Activity, ActivityDraft } from "../src/domain/Activity.js"
@@ -322,6 +322,10 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
             // Past the first attempt a conflict may be this very draft, stored meanwhile (a re-send).
             // A status change may be stored only by this write: a close whose answer was lost committed.
             const unanswered = error._tag === "WriteFailed" && isOutcomeUnknown(error.cause)
+            // A statement the schema refuses is a bug: a 500 for its callers, not a 503 to retry.
+            if (error._tag === "WriteFailed" && !unanswered && isStatementBug(error.cause)) {
+              return Effect.sync(() => pending.forEach((command) => command.done(Exit.die(error.cause))))
+            }
             return failUnwritten(pending, (command) => unanswered || (command._tag === "Append" && attempt > 0))
           },
           onSuccess: (inserted): Effect.Effect<void> => {
