@@ -8,6 +8,8 @@ import { HostResolver } from "../src/delivery/HostResolver.js"
 import { SerialReservationsLive } from "../src/db/SerialReservations.js"
 import { oneNodeAtATime } from "../src/db/SetupLock.js"
 
+const RESOLVE_TIMEOUT = Duration.seconds(5)
+
 const isLoopback = (host: string) => host === "localhost" || host.startsWith("127.") || host === "::1"
 
 /**
@@ -34,8 +36,13 @@ export const ClusterLive = Layer.unwrapEffect(
     const { embedded } = yield* DatabasePool
     const host = config.clusterRunnerHost
     const address = RunnerAddress.make(host, config.clusterRunnerPort)
-    // The lookup is bounded: a resolver that does not answer cannot hold the start up (0.0.0.0 then).
-    const resolved = isIP(host) === 0 && !isLoopback(host) ? yield* (yield* HostResolver).resolve(host) : []
+    // Bounded: a resolver that does not answer must not hold the start up (the name then keeps 0.0.0.0).
+    const resolved = isIP(host) === 0 && !isLoopback(host)
+      ? yield* (yield* HostResolver).resolve(host).pipe(
+        Effect.timeout(RESOLVE_TIMEOUT),
+        Effect.orElseSucceed((): ReadonlyArray<string> => [])
+      )
+      : []
     const shardingConfig = {
       // Explicit: left to the environment, the runner would read the generic HOST and PORT.
       runnerAddress: Option.some(address),
