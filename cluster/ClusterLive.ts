@@ -1,7 +1,7 @@
 import { RunnerAddress, SingleRunner } from "@effect/cluster"
 import { NodeClusterSocket } from "@effect/platform-node"
-import { Duration, Effect, Layer, Option } from "effect"
-import { isIP, isIPv6 } from "node:net"
+import { ConfigError, Duration, Effect, Layer, Option } from "effect"
+import { isIP } from "node:net"
 import { AppConfig } from "../src/config/AppConfig.js"
 import { DatabasePool } from "../src/db/Database.js"
 import { HostResolver } from "../src/delivery/HostResolver.js"
@@ -10,20 +10,41 @@ import { oneNodeAtATime } from "../src/db/SetupLock.js"
 
 const RESOLVE_TIMEOUT = Duration.seconds(5)
 
-const isLoopback = (host: string) => host === "localhost" || host.startsWith("127.") || host === "::1"
-
 /**
  * Where the runner listens, given the advertised host and, for a name, the addresses it resolves
- * to: the host itself on loopback, else every interface of the family peers dial. An IPv6 address,
- * or a name with IPv6 addresses only (an IPv6-only cluster), needs `::`: on 0.0.0.0 (IPv4 only) no
- * peer could reach it. A name that does not resolve (yet) keeps 0.0.0.0.
+ * to: on that address only, since the port has no authentication. An IP address as given; a name on
+ * the first address, the one Node's own listen takes and a peer's connect tries first. None when a
+ * name has no address.
  */
-export const runnerListenHost = (host: string, addresses: ReadonlyArray<string>) =>
-  isLoopback(host)
-    ? host
-    : isIPv6(host) || (isIP(host) === 0 && addresses.length > 0 && addresses.every(isIPv6))
-    ? "::"
-    : "0.0.0.0"
+export const runnerListenHost = (host: string, addresses: ReadonlyArray<string>): Option.Option<string> =>
+  isIP(host) !== 0 ? Option.some(host) : Option.fromNullable(addresses[0])
+
+/**
+ * The runner's listen address for `host`, a name looked up once with a time bound. A name without an
+ * address stops the start, naming the variable: listening anywhere else would expose the port.
+ */
+const lookUpListenHost = Effect.fn("ClusterLive.lookUpListenHost")(function*(host: string) {
+  const resolved = isIP(host) === 0
+    ? yield* (yield* HostResolver).resolve(host).pipe(
+      Effect.timeout(RESOLVE_TIMEOUT),
+      Effect.orElseSucceed((): ReadonlyArray<string> => [])
+    )
+    : []
+  const listenHost = yield* Option.match(runnerListenHost(host, resolved), {
+    onNone: () =>
+      Effect.fail(ConfigError.InvalidData(
+        ["CLUSTER_RUNNER_HOST"],
+        `${host} has no address (looked up for ${Duration.format(RESOLVE_TIMEOUT)}); the runner listens on that address only`
+      )),
+    onSome: Effect.succeed
+  })
+  if (resolved.length > 1) {
+    yield* Effect.logWarning("CLUSTER_RUNNER_HOST has several addresses; the cluster runner listens on the first only").pipe(
+      Effect.annotateLogs({ host, listen_address: listenHost, addresses: resolved.join(", ") })
+    )
+  }
+  return listenHost
+})
 
 /**
  * This node's cluster runner. With PostgreSQL: a socket runner on `CLUSTER_RUNNER_PORT` whose shard
@@ -36,17 +57,12 @@ export const ClusterLive = Layer.unwrapEffect(
     const { embedded } = yield* DatabasePool
     const host = config.clusterRunnerHost
     const address = RunnerAddress.make(host, config.clusterRunnerPort)
-    // Bounded: a resolver that does not answer must not hold the start up (the name then keeps 0.0.0.0).
-    const resolved = isIP(host) === 0 && !isLoopback(host)
-      ? yield* (yield* HostResolver).resolve(host).pipe(
-        Effect.timeout(RESOLVE_TIMEOUT),
-        Effect.orElseSucceed((): ReadonlyArray<string> => [])
-      )
-      : []
+    // The embedded database's single runner opens no port: nothing to look up.
+    const listenHost = embedded ? host : yield* lookUpListenHost(host)
     const shardingConfig = {
       // Explicit: left to the environment, the runner would read the generic HOST and PORT.
       runnerAddress: Option.some(address),
-      runnerListenAddress: Option.some(RunnerAddress.make(runnerListenHost(host, resolved), config.clusterRunnerPort)),
+      runnerListenAddress: Option.some(RunnerAddress.make(listenHost, config.clusterRunnerPort)),
       shardLockExpiration: Duration.millis(config.clusterShardLockExpirationMs),
       // Calls to entities on this node skip a msgpack round trip; remote calls are encoded anyway.
       simulateRemoteSerialization: false,

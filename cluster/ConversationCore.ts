@@ -1,7 +1,9 @@
 import { Data, Effect, Either, Exit, Option, PubSub, Stream } from "effect"
 import { answerWithin, awaitReply, type Reply } from "../src/concurrency/WorkQueue.js"
 import { DELETED_TARGET, refusedOnDeletedTarget } from "../src/conversations/ActivityRules.js"
-import { ActivityStore, MAX_STATEMENT_JSON, type PlannedDelivery } from "../src/conversations/ActivityStore.js"
+import { ActivityRepo } from "../src/conversations/ActivityRepo.js"
+import { ActivityWriter, MAX_STATEMENT_JSON } from "../src/conversations/ActivityWriter.js"
+import type { PlannedDelivery } from "../src/delivery/DeliveryRows.js"
 import { isOutcomeUnknown, isStatementBug } from "../src/db/SqlErrors.js"
 import { inSeqOrder, livePubSub } from "../src/conversations/SeqFollower.js"
 import { type ConversationState, ConversationStateRepo } from "../src/conversations/ConversationState.js"
@@ -55,7 +57,7 @@ const MAX_COMMANDS_PER_ROUND = 256
 /**
  * The drafts of one round as JSON at the most, past its first command. A group is written whole in
  * one statement, with a delivery copy of each activity: so it stays within a statement's JSON
- * (ActivityStore). Without it, a round of many large appends made one group that outlasted the
+ * (ActivityWriter). Without it, a round of many large appends made one group that outlasted the
  * statement timeout, failed whole, and formed again from the same appends retried.
  */
 const MAX_ROUND_JSON = MAX_STATEMENT_JSON / 2
@@ -143,7 +145,8 @@ export interface StatusRequest {
  */
 export const makeConversationCore = (conversationId: string, isOwned: () => boolean) =>
   Effect.gen(function*() {
-    const store = yield* ActivityStore
+    const writer = yield* ActivityWriter
+    const store = yield* ActivityRepo
     const states = yield* ConversationStateRepo
     // Made for the first stream: most conversations never have one, and the buffer takes memory.
     let live: PubSub.PubSub<Activity> | undefined
@@ -289,7 +292,7 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
       const { deadline, drafts, keyChecks, status, statusChange, waiting } = decided
       if (drafts.length === 0) return Effect.void
       return Effect.matchEffect(
-        store.write({
+        writer.write({
           conversationId,
           tenantId: current.tenant_id,
           oldHead: current.head_seq,

@@ -1,6 +1,7 @@
 import { EntityId, Sharding, type ShardId } from "@effect/cluster"
 import { Duration, Effect, ExecutionStrategy, Exit, Fiber, Runtime, Schedule, Scope } from "effect"
-import { ActivityStore } from "../src/conversations/ActivityStore.js"
+import { ActivityRepo } from "../src/conversations/ActivityRepo.js"
+import { ActivityWriter } from "../src/conversations/ActivityWriter.js"
 import { ConversationStateRepo } from "../src/conversations/ConversationState.js"
 import { type ConversationCore, makeConversationCore } from "./ConversationCore.js"
 
@@ -25,7 +26,8 @@ interface Running {
 export class ConversationCores extends Effect.Service<ConversationCores>()("parley/ConversationCores", {
   scoped: Effect.gen(function*() {
     const sharding = yield* Sharding.Sharding
-    const store = yield* ActivityStore
+    const writer = yield* ActivityWriter
+    const store = yield* ActivityRepo
     const states = yield* ConversationStateRepo
     const scope = yield* Effect.scope
     const running = new Map<string, Running>()
@@ -61,7 +63,8 @@ export class ConversationCores extends Effect.Service<ConversationCores>()("parl
               const shardId = shardOf(conversationId)
               const core = yield* makeConversationCore(conversationId, () => sharding.hasShardId(shardId)).pipe(
                 Scope.extend(child),
-                Effect.provideService(ActivityStore, store),
+                Effect.provideService(ActivityWriter, writer),
+                Effect.provideService(ActivityRepo, store),
                 Effect.provideService(ConversationStateRepo, states)
               )
               running.set(conversationId, { core, shardId, scope: child, lastUsed: performance.now() })

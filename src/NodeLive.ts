@@ -4,13 +4,16 @@ import { ConversationCores } from "../cluster/ConversationCores.js"
 import { ConversationEntityLive } from "../cluster/ConversationEntityLive.js"
 import { ConversationExpiryLive } from "../cluster/ConversationExpiry.js"
 import { AppConfig } from "./config/AppConfig.js"
-import { ActivityStore } from "./conversations/ActivityStore.js"
+import { ActivityRepo } from "./conversations/ActivityRepo.js"
+import { ActivityWriter } from "./conversations/ActivityWriter.js"
 import { ConversationPurge, ConversationPurgeLive } from "./conversations/ConversationPurge.js"
 import { ConversationStateRepo } from "./conversations/ConversationState.js"
 import { RateLimiter } from "./ratelimit/RateLimiter.js"
 import { ConversationHub } from "./realtime/ConversationHub.js"
+import { CountersClientLive } from "./db/CountersClient.js"
 import { DatabaseLive } from "./db/Database.js"
 import { MigrationsLive } from "./db/Migrations.js"
+import { WriterClientLive } from "./db/WriterClient.js"
 import { HttpLive } from "./http/HttpLive.js"
 import { HousekeepingLive } from "./ops/Housekeeping.js"
 import { JobRunner } from "./ops/JobRunner.js"
@@ -44,8 +47,14 @@ export const NodeLive = HttpLive.pipe(
   ),
   // Merged into the output, so in-process test nodes can reach the hub and the limiter.
   Layer.provideMerge(Layer.mergeAll(ConversationHub.Default, RateLimiter.Default, ConversationCores.Default)),
-  Layer.provideMerge(Layer.mergeAll(ActivityStore.Default, ConversationStateRepo.Default, ConversationPurge.Default)),
+  Layer.provideMerge(
+    Layer.mergeAll(ActivityWriter.Default, ActivityRepo.Default, ConversationStateRepo.Default, ConversationPurge.Default)
+  ),
+  // Built before the writer and released after it.
+  Layer.provide(WriterClientLive),
   Layer.provideMerge(ClusterLive),
+  // Built before the limiter and released after it.
+  Layer.provide(CountersClientLive),
   // Merged into the output, so in-process test nodes can start a drain.
   Layer.provideMerge(NodeServices),
   Layer.provide(MigrationsLive),

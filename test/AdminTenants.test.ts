@@ -1,6 +1,6 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { query, serverUrl } from "./support/TestDatabase.js"
+import { commitWhenWaiting, query, serverUrl } from "./support/TestDatabase.js"
 import { envelope } from "./support/Envelope.js"
 import { admin, createTenant, request, TestNodeLive } from "./support/TestNode.js"
 
@@ -101,6 +101,24 @@ layer(TestNodeLive({ TRUSTED_PROXIES: "127.0.0.1/32" }), { excludeTestServices: 
         const staleDelete = yield* admin("DELETE", `/tenants/${tenant.id}`, undefined, { "if-match": etag })
         expect(staleDelete.status).toBe(412)
         expect((yield* admin("GET", `/tenants/${tenant.id}`)).body.data.retention_days).toBe(41)
+      }))
+
+    // The update validates before it locks the row (validation may resolve a host), so If-Match is
+    // checked again under the lock, against a change committed in between.
+    it.effect.runIf(serverUrl !== undefined)("a change committed between an update's read and its row lock is 412 to the update", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        for (const method of ["PATCH", "PUT"]) {
+          const etag = (yield* admin("GET", `/tenants/${tenant.id}`)).headers.get("etag")!
+          const raced = yield* commitWhenWaiting(
+            [["UPDATE tenants SET name = $2, updated_at = now() WHERE id = $1", [tenant.id, `theirs-${method}`]]],
+            admin(method, `/tenants/${tenant.id}`, { tenant: { name: `mine-${method}` } }, { "if-match": etag })
+          )
+          const current = yield* admin("GET", `/tenants/${tenant.id}`)
+          expect(raced.status, method).toBe(412)
+          expect(raced.body.error).toMatchObject({ code: "precondition_failed", details: { current_etag: current.headers.get("etag") } })
+          expect(current.body.data.name).toBe(`theirs-${method}`)
+        }
       }))
 
     it.effect("a repeated PUT or PATCH is idempotent: same updated_at and ETag, so a retry with If-Match is 200", () =>

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Fiber, Schedule } from "effect"
+import { Cause, Effect, Exit, Fiber, Option, Schedule } from "effect"
 import { connect } from "node:net"
+import { networkInterfaces } from "node:os"
 import Pg from "pg"
 import { runnerListenHost } from "../cluster/ClusterLive.js"
 import { SETUP_LOCK } from "../src/db/SetupLock.js"
@@ -8,20 +9,31 @@ import { spawnNode } from "./support/NodeProcess.js"
 import { serverUrl, TestDatabase, TestDatabaseLive } from "./support/TestDatabase.js"
 
 describe("where a runner listens", () => {
-  it("on its own address on loopback, else on every interface of the family its peers dial", () => {
-    expect(runnerListenHost("127.0.0.1", [])).toBe("127.0.0.1")
-    expect(runnerListenHost("localhost", [])).toBe("localhost")
-    expect(runnerListenHost("::1", [])).toBe("::1")
-    expect(runnerListenHost("10.0.0.7", [])).toBe("0.0.0.0")
-    expect(runnerListenHost("fd00::7", [])).toBe("::")
-    expect(runnerListenHost("node-b", ["10.0.0.8"])).toBe("0.0.0.0")
-    expect(runnerListenHost("node-b", ["10.0.0.8", "fd00::8"])).toBe("0.0.0.0")
-    // An IPv6-only cluster: on 0.0.0.0 no peer could reach this node.
-    expect(runnerListenHost("node-b", ["fd00::8"])).toBe("::")
-    // Not resolvable (yet): as before, every IPv4 interface.
-    expect(runnerListenHost("node-b", [])).toBe("0.0.0.0")
+  // The runner port has no authentication: it listens on the address its peers dial, nowhere else.
+  it("on its IP address as given, on a name's first address, and nowhere for a name without one", () => {
+    expect(runnerListenHost("127.0.0.1", [])).toEqual(Option.some("127.0.0.1"))
+    expect(runnerListenHost("::1", [])).toEqual(Option.some("::1"))
+    expect(runnerListenHost("10.0.0.7", [])).toEqual(Option.some("10.0.0.7"))
+    expect(runnerListenHost("fd00::7", [])).toEqual(Option.some("fd00::7"))
+    expect(runnerListenHost("localhost", ["127.0.0.1"])).toEqual(Option.some("127.0.0.1"))
+    expect(runnerListenHost("node-b", ["10.0.0.8"])).toEqual(Option.some("10.0.0.8"))
+    expect(runnerListenHost("node-b", ["fd00::8", "10.0.0.8"])).toEqual(Option.some("fd00::8"))
+    expect(runnerListenHost("node-b", [])).toEqual(Option.none())
   })
 })
+
+/** "connected", or the error code of a connection to `host:port`. */
+const reach = (host: string, port: number) =>
+  Effect.async<string>((resume) => {
+    const socket = connect({ host, port }, () => {
+      socket.destroy()
+      resume(Effect.succeed("connected"))
+    })
+    socket.once("error", (error: NodeJS.ErrnoException) => resume(Effect.succeed(error.code ?? "error")))
+  })
+
+/** An IPv4 address of this machine other than loopback, if it has one. */
+const machineAddress = Object.values(networkInterfaces()).flat().find((info) => info?.family === "IPv4" && !info.internal)?.address
 
 describe.skipIf(serverUrl === undefined)("cluster start", () => {
   // Each node creates the cluster's tables and types on a new database; without a lock, one of
@@ -77,14 +89,27 @@ describe.skipIf(serverUrl === undefined)("cluster start", () => {
       const db = yield* TestDatabase
       const host = "0:0:0:0:0:0:0:1"
       const node = yield* spawnNode("A", { DATABASE_URL: db.url!, CLUSTER_RUNNER_HOST: host })
-      const reached = yield* Effect.async<string>((resume) => {
-        const socket = connect({ host, port: node.runnerPort }, () => {
-          socket.destroy()
-          resume(Effect.succeed("connected"))
-        })
-        socket.once("error", (error: NodeJS.ErrnoException) => resume(Effect.succeed(error.code ?? "error")))
-      })
-      expect(reached).toBe("connected")
+      expect(yield* reach(host, node.runnerPort)).toBe("connected")
+    }).pipe(Effect.scoped, Effect.provide(TestDatabaseLive)), 120_000)
+
+  // Anyone who reaches the runner port can act as a node: it listened on every interface.
+  it.live.skipIf(machineAddress === undefined)("a runner is reachable on its CLUSTER_RUNNER_HOST only", () =>
+    Effect.gen(function*() {
+      const db = yield* TestDatabase
+      const node = yield* spawnNode("A", { DATABASE_URL: db.url!, CLUSTER_RUNNER_HOST: machineAddress! })
+      expect(yield* reach(machineAddress!, node.runnerPort)).toBe("connected")
+      expect(yield* reach("127.0.0.1", node.runnerPort)).toBe("ECONNREFUSED")
+    }).pipe(Effect.scoped, Effect.provide(TestDatabaseLive)), 120_000)
+
+  // Listening anywhere else would expose the port; the operator learns which variable to fix.
+  it.live("a node whose CLUSTER_RUNNER_HOST name has no address does not start, and says why", () =>
+    Effect.gen(function*() {
+      const db = yield* TestDatabase
+      const started = yield* Effect.exit(spawnNode("A", { DATABASE_URL: db.url!, CLUSTER_RUNNER_HOST: "parley-no-such-node.invalid" }))
+      // spawnNode dies with the node's output when the process exits before it is ready.
+      const output = Exit.match(started, { onFailure: Cause.pretty, onSuccess: () => "ready" })
+      expect(output).toContain("exited")
+      expect(output).toContain("invalid configuration: CLUSTER_RUNNER_HOST: parley-no-such-node.invalid has no address")
     }).pipe(Effect.scoped, Effect.provide(TestDatabaseLive)), 120_000)
 
   // A variable set to nothing takes its default (README); the cluster must not read HOST itself.

@@ -209,6 +209,11 @@ describe("AppConfig", () => {
       expect((yield* load({ PORT: "4100", CLUSTER_RUNNER_PORT: "7000" })).clusterRunnerPort).toBe(7000)
     }))
 
+  it.effect("LOG_LEVEL=warn is the common spelling of warning", () =>
+    Effect.gen(function*() {
+      expect((yield* load({ LOG_LEVEL: "warn" })).logLevel).toBe("warning")
+    }))
+
   it.effect("an optional variable set to nothing is unset (VAR= in a compose file)", () =>
     Effect.gen(function*() {
       const config = yield* load({ DATABASE_URL: "", METRICS_TOKEN: " ", ADMIN_API_TOKEN: "", TOKEN_SIGNING_KEY: "", RATE_LIMITS: "" })

@@ -6,7 +6,8 @@ import { type AppendRequest, makeConversationCore, type StatusRequest } from "..
 import { ConversationCores } from "../cluster/ConversationCores.js"
 import { moved } from "../cluster/ConversationEntityLive.js"
 import { ConversationEntity } from "../cluster/ConversationEntity.js"
-import { ActivityStore, MAX_STATEMENT_JSON } from "../src/conversations/ActivityStore.js"
+import { ActivityRepo } from "../src/conversations/ActivityRepo.js"
+import { ActivityWriter, MAX_STATEMENT_JSON } from "../src/conversations/ActivityWriter.js"
 import { Conversations } from "../src/conversations/Conversations.js"
 import { ConversationStateRepo } from "../src/conversations/ConversationState.js"
 import type { ActivityDraft } from "../src/domain/Activity.js"
@@ -29,7 +30,8 @@ const secondOwner = (conversationId: string, failing: { on: boolean }) =>
         )
     })
     return yield* makeConversationCore(conversationId, () => true).pipe(
-      Effect.provideService(ActivityStore, yield* ActivityStore),
+      Effect.provideService(ActivityWriter, yield* ActivityWriter),
+      Effect.provideService(ActivityRepo, yield* ActivityRepo),
       Effect.provideService(ConversationStateRepo, states)
     )
   })
@@ -124,7 +126,8 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
       const scope = yield* Scope.make(ExecutionStrategy.sequential)
       const core = yield* makeConversationCore(conversationId, () => true).pipe(
         Scope.extend(scope),
-        Effect.provideService(ActivityStore, yield* ActivityStore),
+        Effect.provideService(ActivityWriter, yield* ActivityWriter),
+      Effect.provideService(ActivityRepo, yield* ActivityRepo),
         Effect.provideService(ConversationStateRepo, yield* ConversationStateRepo)
       )
       // The core's fiber is waiting for commands.
@@ -242,14 +245,14 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
   it.scoped("a re-sent draft whose write starts past its deadline is answered with the stored activity, not a 503", () =>
     Effect.gen(function*() {
       const { conversationId, first, message, tenant } = yield* storedThroughEntity("committed before the owner crashed")
-      const real = yield* ActivityStore
+      const real = yield* ActivityWriter
       // The next owner's writer is busy: a group waits 300 ms for its statement.
-      const slowWriter = ActivityStore.make({
-        ...real,
+      const slowWriter = ActivityWriter.make({
         write: (group) => Effect.zipRight(Effect.sleep("300 millis"), real.write(group))
       })
       const core = yield* makeConversationCore(conversationId, () => true).pipe(
-        Effect.provideService(ActivityStore, slowWriter),
+        Effect.provideService(ActivityWriter, slowWriter),
+        Effect.provideService(ActivityRepo, yield* ActivityRepo),
         Effect.provideService(ConversationStateRepo, yield* ConversationStateRepo)
       )
       const again = yield* core.append({ tenantId: tenant.id, draft: message, deadline: Date.now() + 150 })

@@ -170,6 +170,21 @@ layer(
         expectDeprecated(refused)
         expect((yield* post("/tokens", { secret: channel.secret, body, ip: randomIp() })).status).toBe(201)
       }))
+
+    it.effect("token_create counts an IPv6 client by its /64, and an IPv4-mapped address as its IPv4 address", () =>
+      Effect.gen(function*() {
+        const { channel, conversationId } = yield* tenantWithConversation
+        const body = { conversation_id: conversationId, user_id: "u" }
+        const status = (ip: string) => Effect.map(post("/tokens", { secret: channel.secret, body, ip }), (reply) => reply.status)
+        const network = `2001:db8:${Math.floor(Math.random() * 65_536).toString(16)}:${Math.floor(Math.random() * 65_536).toString(16)}`
+        expect([
+          yield* status(`${network}::1`),
+          yield* status(`${network}:ffff:ffff:ffff:ffff`),
+          yield* status(`${network}::2`)
+        ]).toEqual([201, 201, 429])
+        const ip = randomIp()
+        expect([yield* status(`::ffff:${ip}`), yield* status(ip), yield* status(ip)]).toEqual([201, 201, 429])
+      }))
   })
 
   describe("POST /api/v1/conversations", () => {

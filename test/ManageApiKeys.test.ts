@@ -1,9 +1,11 @@
 import { describe, expect, layer } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Exit, Fiber, Option, Scope } from "effect"
 import { createHash } from "node:crypto"
 import Pg from "pg"
 import { envelope, statusAndCode } from "./support/Envelope.js"
-import { commitWhenWaiting, query, serverUrl, TestDatabase } from "./support/TestDatabase.js"
+import { eventually } from "./support/Eventually.js"
+import { tenantApi, tenantWithConversation } from "./support/Fixtures.js"
+import { commitWhenWaiting, holdRow, holdTable, query, serverUrl, TestDatabase } from "./support/TestDatabase.js"
 import { admin, createTenant, manage, request, TestNodeLive } from "./support/TestNode.js"
 
 const KEY_FIELDS = ["created_by", "expires_at", "id", "inserted_at", "last_used_at", "name", "prefix", "revoked_at", "scopes",
@@ -34,7 +36,39 @@ const lastUsedAt = (id: string) =>
     (rows) => (rows[0]!.last_used_at === null ? null : Date.parse(rows[0]!.last_used_at))
   )
 
-const inOneHour = () => new Date(Date.now() + 3_600_000).toISOString()
+const inHours = (hours: number) => new Date(Date.now() + hours * 3_600_000).toISOString()
+const inOneHour = () => inHours(1)
+
+/** Each of the tenant's keys with the key that issued it (null for none). */
+const issuers = (tenantId: string) =>
+  Effect.map(
+    query<{ id: string; issuer_id: string | null }>("SELECT id, issuer_id FROM api_keys WHERE tenant_id = $1", [tenantId]),
+    (rows) => Object.fromEntries(rows.map((row) => [row.id, row.issuer_id]))
+  )
+
+const primaryKeyId = (tenantId: string) =>
+  Effect.map(
+    query<{ id: string }>(
+      "SELECT id FROM api_keys WHERE tenant_id = $1 AND kind = 'primary' ORDER BY inserted_at DESC LIMIT 1",
+      [tenantId]
+    ),
+    (rows) => rows[0]!.id
+  )
+
+/** Backends of the test's database waiting for another's lock. */
+const waitingBackends = Effect.map(
+  query<{ n: number }>(
+    "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND cardinality(pg_blocking_pids(pid)) > 0"
+  ),
+  (rows) => rows[0]!.n
+)
+
+/** Whether the key authenticates now (every key of these tests holds `read`). */
+const works = (key: IssuedKey | string) =>
+  Effect.map(tenantApi(typeof key === "string" ? key : key.key, "GET", "/conversations"), (reply) => {
+    expect([200, 401]).toContain(reply.status)
+    return reply.status === 200
+  })
 
 /** Keys issued for the tenant, as their audit rows show (the keys themselves go with a deleted tenant). */
 const issuedAudits = (tenantId: string) =>
@@ -337,6 +371,154 @@ layer(TestNodeLive(), { excludeTestServices: true })("scoped API keys", (it) => 
         const aged = yield* lastUsedAt(key.id)
         yield* manage(key.key, "GET", "/api_keys")
         expect(yield* lastUsedAt(key.id)).toBeGreaterThan(aged!)
+      }))
+  })
+
+  describe("malformed keys", () => {
+    const base62 = (n: number) => "aZ09".repeat(Math.ceil(n / 4)).slice(0, n)
+    const malformed: ReadonlyArray<readonly [string, string]> = [
+      ["too short", `ck_${base62(39)}`],
+      ["too long", `ck_${base62(41)}`],
+      ["another prefix", `cs_${base62(40)}`],
+      ["not base62", `ck_${base62(39)}-`],
+      ["10 KB long", `ck_${base62(10_240)}`]
+    ]
+
+    stored("a value that is not ck_ and 40 base62 characters is 401 on every way in, without a lookup", () =>
+      Effect.gen(function*() {
+        const { conversationId } = yield* tenantWithConversation
+        const unknown = yield* manage(`ck_${base62(40)}`, "GET", "/api_keys")
+        expect(statusAndCode(unknown)).toEqual({ status: 401, code: "unauthorized" })
+        // Every lookup waits for this lock, and would end in its timeout (503), not in 401.
+        yield* holdTable("api_keys")
+        for (const [label, key] of malformed) {
+          const replies = [
+            yield* manage(key, "GET", "/api_keys"),
+            yield* tenantApi(key, "GET", "/conversations"),
+            // The lean append route (ADR 0006).
+            yield* tenantApi(key, "POST", `/conversations/${conversationId}/activities`, { text: "hi" })
+          ]
+          for (const reply of replies) {
+            expect(statusAndCode(reply), label).toEqual({ status: 401, code: "unauthorized" })
+            expect(reply.body.error.message, label).toBe(unknown.body.error.message)
+          }
+        }
+      }).pipe(Effect.scoped))
+  })
+
+  describe("issuers", () => {
+    stored("a key's expires_at is capped at its issuer's; the issuer is recorded, none for primary and operator keys", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const parent = yield* issue(tenant.api_key, { scopes: ["manage", "read"], expires_at: inOneHour() })
+        const later = yield* issue(parent.key, { scopes: ["read"], expires_at: inHours(2) })
+        const unlimited = yield* issue(parent.key, { scopes: ["read"] })
+        const soonerAt = inHours(0.5)
+        const sooner = yield* issue(parent.key, { scopes: ["read"], expires_at: soonerAt })
+        expect(later.expires_at).toBe(parent.expires_at)
+        expect(unlimited.expires_at).toBe(parent.expires_at)
+        expect(Date.parse(sooner.expires_at as string)).toBe(Date.parse(soonerAt))
+        expect((yield* manage(tenant.api_key, "GET", `/api_keys/${later.id}`)).body.data.expires_at).toBe(parent.expires_at)
+        const [audit] = yield* query<{ changes: { expires_at: string } }>(
+          "SELECT changes FROM audit_log WHERE resource_id = $1 AND action = 'api_key.created'",
+          [later.id]
+        )
+        expect(audit!.changes.expires_at).toBe(parent.expires_at)
+
+        const twoHours = inHours(2)
+        const byPrimary = yield* issue(tenant.api_key, { scopes: ["read"], expires_at: twoHours })
+        expect(Date.parse(byPrimary.expires_at as string)).toBe(Date.parse(twoHours))
+        const byOperator = yield* admin("POST", `/tenants/${tenant.id}/api_keys`, { api_key: { name: "ops", scopes: ["read"] } })
+        const primary = yield* primaryKeyId(tenant.id)
+        expect(yield* issuers(tenant.id)).toEqual({
+          [primary]: null,
+          [parent.id]: primary,
+          [later.id]: parent.id,
+          [unlimited.id]: parent.id,
+          [sooner.id]: parent.id,
+          [byPrimary.id]: primary,
+          [byOperator.body.data.id]: null
+        })
+      }))
+
+    stored("revoking a key revokes the keys it issued and theirs, in one go, each audited; others keep working", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const a = yield* issue(tenant.api_key, { scopes: ["manage", "read"] })
+        const b = yield* issue(a.key, { scopes: ["manage", "read"] })
+        const c = yield* issue(b.key, { scopes: ["read"] })
+        const d = yield* issue(a.key, { scopes: ["read"] })
+        const sibling = yield* issue(tenant.api_key, { scopes: ["manage", "read"] })
+        const nephew = yield* issue(sibling.key, { scopes: ["read"] })
+        expect((yield* manage(tenant.api_key, "DELETE", `/api_keys/${a.id}`)).status).toBe(204)
+        for (const key of [a, b, c, d]) expect(yield* works(key)).toBe(false)
+        for (const key of [tenant.api_key, sibling, nephew]) expect(yield* works(key)).toBe(true)
+        const listed = (yield* manage(tenant.api_key, "GET", "/api_keys")).body.data as ReadonlyArray<{ id: string; revoked_at: string }>
+        const revokedAt = Object.fromEntries(listed.map((key) => [key.id, key.revoked_at]))
+        expect(revokedAt[a.id]).toMatch(/^\d{4}-/)
+        expect([revokedAt[b.id], revokedAt[c.id], revokedAt[d.id]]).toEqual([revokedAt[a.id], revokedAt[a.id], revokedAt[a.id]])
+
+        const revocations = () =>
+          query<{ resource_id: string; actor_id: string; changes: unknown }>(
+            "SELECT resource_id, actor_id, changes FROM audit_log WHERE tenant_id = $1 AND action = 'api_key.revoked'",
+            [tenant.id]
+          )
+        const audited = yield* revocations()
+        expect(audited).toHaveLength(4)
+        expect(audited).toEqual(expect.arrayContaining([
+          { resource_id: a.id, actor_id: tenant.id, changes: null },
+          ...[b, c, d].map((key) => ({ resource_id: key.id, actor_id: tenant.id, changes: { revoked_with: a.id } }))
+        ]))
+        // Revoking again changes nothing.
+        expect((yield* manage(tenant.api_key, "DELETE", `/api_keys/${a.id}`)).status).toBe(204)
+        expect(yield* revocations()).toEqual(audited)
+
+        // The admin API's revoke takes the keys issued with it too.
+        expect((yield* admin("DELETE", `/tenants/${tenant.id}/api_keys/${sibling.id}`)).status).toBe(204)
+        expect(yield* works(nephew)).toBe(false)
+      }))
+
+    stored("an issue racing the revoke of a key above its issuer is 401 and leaves no key behind", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const a = yield* issue(tenant.api_key, { scopes: ["manage", "read"] })
+        const b = yield* issue(a.key, { scopes: ["manage", "read"] })
+        // A share lock on b stops the revoke of a after it has locked a, before it reaches b.
+        const holder = yield* Scope.make()
+        yield* Effect.addFinalizer(() => Scope.close(holder, Exit.void))
+        yield* holdRow("api_keys", b.id, "FOR SHARE").pipe(Scope.extend(holder))
+        const revoke = yield* Effect.fork(manage(tenant.api_key, "DELETE", `/api_keys/${a.id}`))
+        yield* eventually(waitingBackends, (n) => n === 1, { what: "the revoke waiting at b" })
+        const late = yield* Effect.fork(manage(b.key, "POST", "/api_keys", { api_key: { name: "late", scopes: ["read"] } }))
+        // The issue either waits for the revoke as well, or has answered.
+        yield* eventually(
+          Effect.zip(waitingBackends, Fiber.poll(late)),
+          ([n, answered]) => n === 2 || Option.isSome(answered),
+          { what: "the issue waiting or answered" }
+        )
+        yield* Scope.close(holder, Exit.void)
+        expect((yield* Fiber.join(revoke)).status).toBe(204)
+        expect(statusAndCode(yield* Fiber.join(late))).toEqual({ status: 401, code: "unauthorized" })
+        expect(yield* keyCount(tenant.id)).toBe(2)
+      }).pipe(Effect.scoped))
+
+    stored("rotating the primary key leaves the keys it issued working after its grace; one issued in the grace ends with it", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const before = yield* issue(tenant.api_key, { scopes: ["manage", "read"] })
+        const rotated = yield* admin("POST", `/tenants/${tenant.id}/rotate_api_key`)
+        expect(rotated.status).toBe(200)
+        const [old] = yield* query<{ id: string; expires_at: string }>(
+          "SELECT id, expires_at FROM api_keys WHERE tenant_id = $1 AND kind = 'primary' AND expires_at IS NOT NULL",
+          [tenant.id]
+        )
+        const during = yield* issue(tenant.api_key, { scopes: ["read"] })
+        expect(during.expires_at).toBe(old!.expires_at)
+        // The grace ends.
+        yield* query("UPDATE api_keys SET expires_at = now() - interval '1 second' WHERE id = $1", [old!.id])
+        expect(yield* works(tenant.api_key)).toBe(false)
+        expect(yield* works(before)).toBe(true)
+        expect((yield* issuers(tenant.id))[before.id]).toBe(old!.id)
       }))
   })
 

@@ -794,6 +794,74 @@ layer(TestNodeLive(), { excludeTestServices: true })("management API: channels",
         const onCreate = yield* invalidCreate(tenant, webhook({ password: "[REDACTED]" }))
         expect(onCreate).toEqual({ config: [expect.any(String)], "config.password": ["is [REDACTED] but no stored value exists"] })
       }))
+
+    sqlIt("credentials inside URLs are [REDACTED] in responses and the audit log, and kept when sent back unchanged", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const natsUrl = "nats://bus-user:n4ts-pass@nats.example.com:4222"
+        const shownNatsUrl = "nats://bus-user:[REDACTED]@nats.example.com:4222"
+        const bus = yield* createChannel(tenant.api_key, { type: "nats", config: { url: natsUrl, subject: "chat.out" } })
+        expect(bus.config).toEqual({ url: shownNatsUrl, subject: "chat.out" })
+        const hook = yield* createChannel(tenant.api_key, {
+          config: {
+            url: HOOK_URL,
+            fallback_url: "https://hook-user:s3cret-hook@hooks.example.com/x",
+            status_urls: ["https://t0ken-hook@hooks.example.com/status?to=a@b.example"]
+          }
+        })
+        const shownHook = {
+          url: HOOK_URL,
+          fallback_url: "https://hook-user:[REDACTED]@hooks.example.com/x",
+          status_urls: ["https://[REDACTED]@hooks.example.com/status?to=a@b.example"]
+        }
+        expect(hook.config).toMatchObject(shownHook)
+        expect((yield* manage(tenant.api_key, "GET", `/channels/${bus.id}`)).body.data.config.url).toBe(shownNatsUrl)
+        expect((yield* manage(tenant.api_key, "GET", `/channels/${hook.id}`)).body.data.config).toMatchObject(shownHook)
+
+        // Sent back as shown, with another change beside it: the stored credentials stay.
+        const updated = yield* manage(tenant.api_key, "PATCH", `/channels/${bus.id}`, {
+          channel: { config: { url: shownNatsUrl, subject: "chat.other" } }
+        })
+        expect(updated.status).toBe(200)
+        expect(updated.body.data.config).toEqual({ url: shownNatsUrl, subject: "chat.other" })
+        expect(yield* storedConfig(bus.id)).toEqual({ url: natsUrl, subject: "chat.other" })
+        const resent = yield* manage(tenant.api_key, "PUT", `/channels/${hook.id}`, {
+          channel: { config: { ...(yield* manage(tenant.api_key, "GET", `/channels/${hook.id}`)).body.data.config, label: "l" } }
+        })
+        expect(resent.status).toBe(200)
+        expect(yield* storedConfig(hook.id)).toMatchObject({
+          fallback_url: "https://hook-user:s3cret-hook@hooks.example.com/x",
+          status_urls: ["https://t0ken-hook@hooks.example.com/status?to=a@b.example"],
+          label: "l"
+        })
+
+        // Another host with the marker would send the stored password elsewhere, or store the marker: 422.
+        const before = yield* storedConfig(bus.id)
+        const moved = yield* manage(tenant.api_key, "PATCH", `/channels/${bus.id}`, {
+          channel: { config: { url: "nats://bus-user:[REDACTED]@elsewhere.example.com:4222", subject: "chat.other" } }
+        })
+        expect(moved.status).toBe(422)
+        expect(moved.body.error.details["config.url"]).toEqual([
+          "holds a [REDACTED] URL credential but is not the stored URL: send the credential"
+        ])
+        expect(yield* storedConfig(bus.id)).toEqual(before)
+        // A new credential replaces the stored one.
+        const replaced = yield* manage(tenant.api_key, "PATCH", `/channels/${bus.id}`, {
+          channel: { config: { url: "nats://bus-user:n3w-pass@elsewhere.example.com:4222", subject: "chat.other" } }
+        })
+        expect(replaced.body.data.config.url).toBe("nats://bus-user:[REDACTED]@elsewhere.example.com:4222")
+        expect((yield* storedConfig(bus.id)).url).toBe("nats://bus-user:n3w-pass@elsewhere.example.com:4222")
+
+        const audits = yield* query<{ changes: string }>(
+          "SELECT coalesce(changes::text, '') AS changes FROM audit_log WHERE resource_id IN ($1, $2)",
+          [bus.id, hook.id]
+        )
+        expect(audits.length).toBe(5)
+        for (const { changes } of audits) {
+          for (const credential of ["n4ts-pass", "n3w-pass", "s3cret-hook", "t0ken-hook"]) expect(changes).not.toContain(credential)
+        }
+        expect(audits.map(({ changes }) => changes).join()).toContain("bus-user:[REDACTED]@nats.example.com")
+      }))
   })
 
   describe("update, If-Match, delete and secret rotation", () => {
@@ -902,6 +970,25 @@ layer(TestNodeLive(), { excludeTestServices: true })("management API: channels",
           "if-match": star.headers.get("etag")!
         })
         expect(removed.status).toBe(204)
+      }))
+
+    // The update validates before it locks the row (validation may resolve a host): a change committed
+    // in between is met under the lock, and the update's If-Match is checked against it.
+    sqlIt("a change committed between an update's read and its row lock is 412 to the update, not overwritten", () =>
+      Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const channel = yield* createChannel(tenant.api_key, { name: "v1" })
+        for (const method of ["PATCH", "PUT"]) {
+          const etag = (yield* manage(tenant.api_key, "GET", `/channels/${channel.id}`)).headers.get("etag")!
+          const raced = yield* commitWhenWaiting(
+            [["UPDATE channels SET name = $2, updated_at = now() WHERE id = $1", [channel.id, `theirs-${method}`]]],
+            manage(tenant.api_key, method, `/channels/${channel.id}`, { channel: { name: `mine-${method}` } }, { "if-match": etag })
+          )
+          const current = yield* manage(tenant.api_key, "GET", `/channels/${channel.id}`)
+          expect(statusAndCode(raced), method).toEqual({ status: 412, code: "precondition_failed" })
+          expect(raced.body.error.details).toEqual({ current_etag: current.headers.get("etag") })
+          expect(current.body.data.name).toBe(`theirs-${method}`)
+        }
       }))
 
     sqlIt("DELETE is 204 and removes the channel with its conversations; If-Match * matches", () =>

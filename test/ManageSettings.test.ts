@@ -1,6 +1,6 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { query, serverUrl } from "./support/TestDatabase.js"
+import { commitWhenWaiting, query, serverUrl } from "./support/TestDatabase.js"
 import { admin, createTenant, manage, request, TestNodeLive } from "./support/TestNode.js"
 
 layer(TestNodeLive(), { excludeTestServices: true })("management API: settings and keys", (it) => {
@@ -91,6 +91,24 @@ layer(TestNodeLive(), { excludeTestServices: true })("management API: settings a
         settings: { limits: { upload: { limit: 5, scale_ms: 365 * 86_400_000 } } }
       })
       expect(year.status).toBe(200)
+    }))
+
+  // The change validates before it locks the row (validation may resolve a host), so If-Match is
+  // checked again under the lock, against a change committed in between.
+  it.effect.runIf(serverUrl !== undefined)("a change committed between a settings update's read and its row lock is 412 to the update", () =>
+    Effect.gen(function*() {
+      const tenant = yield* createTenant()
+      for (const [method, days] of [["PATCH", 40], ["PUT", 41]] as const) {
+        const etag = (yield* manage(tenant.api_key, "GET", "/settings")).headers.get("etag")!
+        const raced = yield* commitWhenWaiting(
+          [["UPDATE tenants SET retention_days = $2, updated_at = now() WHERE id = $1", [tenant.id, days]]],
+          manage(tenant.api_key, method, "/settings", { settings: { retention_days: 50 } }, { "if-match": etag })
+        )
+        const current = yield* manage(tenant.api_key, "GET", "/settings")
+        expect(raced.status, method).toBe(412)
+        expect(raced.body.error).toMatchObject({ code: "precondition_failed", details: { current_etag: current.headers.get("etag") } })
+        expect(current.body.data.retention_days).toBe(days)
+      }
     }))
 
   it.effect("a stale If-Match is 412 whatever the body, and changes nothing; with the current tag an invalid body is 422", () =>

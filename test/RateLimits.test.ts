@@ -1,6 +1,7 @@
 import { expect, layer } from "@effect/vitest"
 import { ConfigProvider, Context, Effect, Exit, Fiber, FiberId, Layer, Option, Schedule } from "effect"
 import { AppConfig } from "../src/config/AppConfig.js"
+import { CountersClientLive } from "../src/db/CountersClient.js"
 import { DatabaseLive } from "../src/db/Database.js"
 import { Metrics } from "../src/ops/Metrics.js"
 import { pruneCounters, RateLimiter } from "../src/ratelimit/RateLimiter.js"
@@ -27,10 +28,11 @@ const configOf = (limits: object, databaseUrl?: string) =>
   ))))
 
 /** Another node's limiter, on the same database or through `databaseUrl`. */
-const otherLimiter = (databaseUrl?: string, limits: object = RATE_LIMITS) =>
+const otherLimiter = (databaseUrl?: string, limits: object = RATE_LIMITS, limiter = RateLimiter.Default) =>
   Effect.map(
     Layer.build(
-      RateLimiter.Default.pipe(
+      limiter.pipe(
+        Layer.provide(CountersClientLive),
         Layer.provide(databaseUrl === undefined ? Layer.empty : DatabaseLive),
         Layer.provide(configOf(limits, databaseUrl)),
         Layer.provide(Metrics.Default)
@@ -296,6 +298,22 @@ layer(TestNodeLive({ RATE_LIMITS: JSON.stringify(RATE_LIMITS) }), {
       )
       expect(decisions.map((d) => d._tag)).toEqual(["Right", "Right", "Left", "Left"])
     }), { timeout: 180_000 })
+
+  it.scoped("a flood of new client addresses past the bound does not reset a busy address's count", () =>
+    Effect.gen(function*() {
+      // Day windows: the returning address must read its count back, not start a new window.
+      const limiter = yield* otherLimiter(undefined, { login_ip: { limit: 2, scale_ms: 86_400_000 } }, RateLimiter.keepingIpWindows(10))
+      const busy = `198.51.100.${Math.floor(Math.random() * 250)}`
+      const prefix = `2001:db8:${Math.floor(Math.random() * 65_536).toString(16)}`
+      for (let i = 0; i < 2; i++) yield* limiter.consume("login_ip", busy, null)
+      yield* settled(
+        query<{ count: string }>("SELECT count FROM rate_limit_counters WHERE bucket = 'login_ip' AND key = $1", [busy]),
+        (rows) => rows.length > 0
+      )
+      // Fifty new /64s, each seen once: the busy address's window is forgotten here.
+      for (let i = 0; i < 50; i++) yield* limiter.consume("login_ip", `${prefix}:${i.toString(16)}::1`, null)
+      expect((yield* Effect.flip(limiter.consume("login_ip", busy, null)))._tag).toBe("RateLimited")
+    }))
 
   it.scoped("a caller interrupted as its key starts learning the others' count does not hold up the key's later decisions", () =>
     Effect.gen(function*() {

@@ -144,7 +144,7 @@ export const validateChannel = (input: ChannelInput, base: ChannelBase, creating
       const report = within(problems, "config", `is not a valid ${type} configuration`)
       const config = input.config === undefined
         ? base.config
-        : restoreRedacted(input.config, base.config, (path) => report(path, "is [REDACTED] but no stored value exists"))
+        : restoreRedacted(input.config, base.config, report)
       patch.config = yield* validateConfig(type, config, patch.require_signature ?? base.require_signature, report)
     }
     yield* problems.check()

@@ -226,7 +226,9 @@ export class AppConfig extends Effect.Service<AppConfig>()("parley/AppConfig", {
     drainMaxMs: millis("DRAIN_MAX_MS", 30000),
     readinessPoolWaitMs: millis("READINESS_POOL_WAIT_MS", 200, 0),
     metricsToken: secret("METRICS_TOKEN", 0, true),
-    logLevel: withDefault("LOG_LEVEL", "info", oneOf(["trace", "debug", "info", "warning", "error", "fatal", "none"])),
+    // `warn` is the common spelling of `warning`, which the logger's level names use.
+    logLevel: withDefault("LOG_LEVEL", "info", (text) =>
+      oneOf(["trace", "debug", "info", "warning", "error", "fatal", "none"])(text === "warn" ? "warning" : text)),
     logFormat: withDefault("LOG_FORMAT", "json", oneOf(["json", "pretty"])),
     clusterRunnerHost: runnerHost,
     clusterRunnerPort,

@@ -23,7 +23,7 @@ import {
   DELETED_TARGET,
   refusedOnDeletedTarget
 } from "./ActivityRules.js"
-import { ActivityStore } from "./ActivityStore.js"
+import { ActivityRepo } from "./ActivityRepo.js"
 import { ConversationRepo, type ListFilter } from "./ConversationRepo.js"
 import { ANSWER_TIMEOUT_MS, WRITE_DEADLINE_MS, WRITE_SETTLED_AFTER_MS } from "./WriteTimings.js"
 
@@ -113,7 +113,7 @@ export type ActivityPage = { readonly items: ReadonlyArray<Activity>; readonly w
 export class Conversations extends Effect.Service<Conversations>()("parley/Conversations", {
   effect: Effect.gen(function*() {
     const repo = yield* ConversationRepo
-    const store = yield* ActivityStore
+    const store = yield* ActivityRepo
     const entity = yield* ConversationEntity.client
     const cores = yield* ConversationCores
 

@@ -15,12 +15,21 @@ export interface AuditEntry {
 export class AuditLog extends Effect.Service<AuditLog>()("parley/AuditLog", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
+    const changesOf = (entry: Omit<AuditEntry, "resourceId">) => entry.changes === undefined ? null : JSON.stringify(entry.changes)
     const record = (actor: Actor, entry: AuditEntry) =>
       sql`
         INSERT INTO audit_log (id, tenant_id, actor_type, actor_id, action, resource_type, resource_id, changes)
         VALUES (${crypto.randomUUID()}, ${entry.tenantId}, ${actor.type}, ${actor.id}, ${entry.action},
-                ${entry.resourceType}, ${entry.resourceId}, ${entry.changes === undefined ? null : JSON.stringify(entry.changes)})
+                ${entry.resourceType}, ${entry.resourceId}, ${changesOf(entry)})
       `.pipe(Effect.asVoid)
-    return { record } as const
+    /** One row per resource, alike but for its id, in one statement whatever their number. */
+    const recordEach = (actor: Actor, entry: Omit<AuditEntry, "resourceId">, resourceIds: ReadonlyArray<string>) =>
+      sql`
+        INSERT INTO audit_log (id, tenant_id, actor_type, actor_id, action, resource_type, resource_id, changes)
+        SELECT gen_random_uuid(), ${entry.tenantId}::uuid, ${actor.type}, ${actor.id}, ${entry.action},
+               ${entry.resourceType}, resource_id, ${changesOf(entry)}::jsonb
+        FROM UNNEST(${resourceIds}::text[]) AS resource_id
+      `.pipe(Effect.asVoid)
+    return { record, recordEach } as const
   })
 }) {}

@@ -11,6 +11,7 @@ import rateLimitWindowEnd from "../../migrations/0005_rate_limit_window_end.js"
 import rateLimitCountsPerNode from "../../migrations/0006_rate_limit_counts_per_node.js"
 import foreignKeyIndexes from "../../migrations/0007_foreign_key_indexes.js"
 import auditLogByTime from "../../migrations/0008_audit_log_by_time.js"
+import apiKeyIssuer from "../../migrations/0009_api_key_issuer.js"
 
 /** Every shipped migration, by name; readiness reports any that is not applied. */
 export const migrations = {
@@ -21,7 +22,8 @@ export const migrations = {
   "0005_rate_limit_window_end": rateLimitWindowEnd,
   "0006_rate_limit_counts_per_node": rateLimitCountsPerNode,
   "0007_foreign_key_indexes": foreignKeyIndexes,
-  "0008_audit_log_by_time": auditLogByTime
+  "0008_audit_log_by_time": auditLogByTime,
+  "0009_api_key_issuer": apiKeyIssuer
 } as const
 
 /**

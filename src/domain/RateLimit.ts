@@ -26,6 +26,9 @@ export const OverridableBucket = Schema.Literal(
 )
 export type OverridableBucket = typeof OverridableBucket.Type
 
+/** The buckets counted per client address (IPv6 by its /64), not per tenant or account. */
+export const ipBuckets: ReadonlySet<Bucket> = new Set<Bucket>(["publishable_token_ip", "token_create", "login_ip", "password_reset_ip"])
+
 /**
  * The longest window: a year. Windows are aligned to wall-clock time and their bounds stored as
  * milliseconds, so longer ones would only overflow the counters' columns and the `retry-after` header.

@@ -1,7 +1,6 @@
 import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Effect, Option } from "effect"
 import { CurrentActor } from "../auth/Actor.js"
-import { allScopes } from "../domain/ApiKey.js"
 import { ApiKeys } from "../tenants/ApiKeys.js"
 import { tenantNotFound, Tenants } from "../tenants/Tenants.js"
 import { withETag } from "./ETag.js"
@@ -48,7 +47,7 @@ export const AdminHandlers = HttpApiBuilder.group(ParleyApi, "admin", (handlers)
         Effect.gen(function*() {
           const actor = yield* CurrentActor
           yield* tenants.get(path.tenant_id)
-          const { apiKey, key } = yield* apiKeys.issue(path.tenant_id, payload.api_key, allScopes, actor).pipe(
+          const { apiKey, key } = yield* apiKeys.issueAsOperator(path.tenant_id, payload.api_key, actor).pipe(
             // Deleted since the check above: the 404 an unknown tenant gets.
             Effect.catchTag("TenantGone", ({ tenantId }) => Effect.fail(tenantNotFound(tenantId)))
           )

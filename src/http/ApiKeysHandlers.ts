@@ -1,5 +1,6 @@
 import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Effect } from "effect"
+import { invalidApiKey } from "../domain/ApiError.js"
 import { ApiKeys } from "../tenants/ApiKeys.js"
 import { CurrentCredential, keyGoneWithTenant } from "./TenantAuth.js"
 import { ParleyApi } from "./ParleyApi.js"
@@ -16,9 +17,13 @@ export const ApiKeysHandlers = HttpApiBuilder.group(ParleyApi, "apiKeys", (handl
         ))
       .handle("issueKey", ({ payload }) =>
         CurrentCredential.pipe(
-          // A key may only hand out scopes it holds itself (Conventions 6).
+          // A key may only hand out scopes it holds itself (Conventions 6), and is the new key's issuer.
           Effect.flatMap((credential) =>
-            apiKeys.issue(credential.tenantId, payload.api_key, credential.scopes, credential.actor).pipe(keyGoneWithTenant)
+            apiKeys.issue(credential.tenantId, payload.api_key, credential, credential.actor).pipe(
+              keyGoneWithTenant,
+              // Revoked since it was checked: the 401 it gets now.
+              Effect.catchTag("IssuerGone", () => Effect.fail(invalidApiKey()))
+            )
           ),
           Effect.map(({ apiKey, key }) => ({ data: { ...apiKey, key } }))
         ))

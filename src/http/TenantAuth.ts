@@ -25,6 +25,8 @@ import { refuseUnstorableBody } from "./JsonBodyRules.js"
 /** The tenant credential of the current request. */
 export interface TenantCredential {
   readonly tenantId: string
+  /** The API key of the request; null for a channel token. */
+  readonly keyId: string | null
   readonly scopes: ReadonlyArray<Scope>
   /** The audit actor: `tenant_api` with the key id (the tenant id for the primary key). */
   readonly actor: Actor
@@ -86,6 +88,7 @@ export const credentialForApiKey = (
 /** The credential of a valid API key. */
 export const credentialOfKey = (key: AuthenticatedKey): TenantCredential => ({
   tenantId: key.tenantId,
+  keyId: key.id,
   scopes: key.scopes,
   channelId: null,
   actor: { type: "tenant_api", id: key.kind === "primary" ? key.tenantId : key.id }
@@ -138,6 +141,7 @@ export const authenticateChannelToken = (tokens: ChannelTokens, token: string) =
     const channel = yield* tokens.authenticate(token)
     return {
       tenantId: channel.tenant_id,
+      keyId: null,
       scopes: allScopes,
       channelId: channel.id,
       actor: { type: "tenant_api", id: channel.id }

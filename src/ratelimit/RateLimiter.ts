@@ -1,46 +1,30 @@
 import { SqlClient } from "@effect/sql"
-import { type Cause, Deferred, Duration, Effect, Exit, FiberId, Option, Schedule, Schema } from "effect"
+import { type Cause, Deferred, Duration, Effect, Exit, FiberId, Layer, Option, Schedule, Schema } from "effect"
 import { Counter } from "prom-client"
 import { answerWithin } from "../concurrency/WorkQueue.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { makeBatcher } from "../db/Batcher.js"
-import { boundedClient } from "../db/Database.js"
+import { COUNTERS_STATEMENT_MS, CountersClient } from "../db/CountersClient.js"
 import { RateLimited } from "../domain/ApiError.js"
-import { type Bucket, defaultWindows, type OverridableBucket, TenantLimits } from "../domain/RateLimit.js"
+import { type Bucket, defaultWindows, ipBuckets, type OverridableBucket, TenantLimits } from "../domain/RateLimit.js"
 import { JobRunner } from "../ops/JobRunner.js"
 import { Metrics } from "../ops/Metrics.js"
+import { clientNetwork } from "./ClientNetwork.js"
+import { CounterWindows, type Slot, slotId } from "./CounterWindows.js"
 
 interface Window {
   readonly limit: number
   readonly scale_ms: number
 }
 
-interface Slot {
-  readonly bucket: Bucket
-  readonly key: string
-  readonly windowStart: number
-  readonly windowEnd: number
-  /** Accepted by this node in the window. */
-  local: number
-  /** `local` as the shared table last stored it. */
-  written: number
-  /** What the other nodes had counted at the last read. */
-  others: number
-  /** When the last read of `others` started (`-Infinity`: never read). */
-  readAt: number
-  /** When it was last decided on; syncs read `others` while that is recent. */
-  usedAt: number
-  /** Set while the slot reads `others` before a decision; decisions wait for it. */
-  learning: Deferred.Deferred<void> | undefined
-}
-
-/** The other nodes' count of one window, as a statement returns it. */
+/** The other nodes' count of one window and this node's stored one, as a statement returns them. */
 interface CountRow {
   readonly bucket: string
   readonly key: string
   readonly window_start: string
   readonly window_end: string
   readonly others: string
+  readonly mine: string
 }
 
 const OVERRIDABLE: ReadonlySet<string> = new Set<OverridableBucket>([
@@ -51,12 +35,10 @@ const OVERRIDABLE: ReadonlySet<string> = new Set<OverridableBucket>([
   "publishable_token"
 ])
 
-/** The counters' own connections: the sync and the reads decisions wait for. */
-const COUNTER_CONNECTIONS = 2
 /** A tenant's overrides are at most this old when a limit is decided. */
 const TENANT_LIMITS_TTL_MS = 1000
 /** How long a decision waits for a database read (overrides, another node's count) before going on without it. */
-const READ_WAIT_MS = 1000
+const READ_WAIT_MS = COUNTERS_STATEMENT_MS
 /**
  * A window decided on within this time is read at every sync; one left alone longer is read again
  * before its next decision instead (a key used now and then costs a read per use, not ten a second).
@@ -72,6 +54,8 @@ const SYNC_WRITES_MAX = 5_000
 const SYNC_READS_MAX = 5_000
 /** Most windows one read of the other nodes' counts asks about; reads that decisions wait for are batched. */
 const LEARN_BATCH_MAX = 2_000
+/** Most windows of the buckets counted per client address that a node keeps (CounterWindows). */
+const IP_WINDOWS_MAX = 50_000
 
 /**
  * Logs one warning when something repeated many times a second starts failing and one line when it
@@ -104,23 +88,11 @@ export const pruneCounters = Effect.flatMap(SqlClient.SqlClient, (sql) =>
     Effect.asVoid
   )
 
-/**
- * Fixed-window rate limits (client-api.md "Limits"), windows aligned to wall-clock time. Each node
- * decides from what it accepted in the window plus what the other nodes had counted when it last
- * looked, and twice every `RATE_LIMIT_SYNC_MS` writes its own count to a shared table (one row per
- * node and window) and reads the others' for the windows it used since; so a burst overshoots by at
- * most what the other nodes accept within one interval.
- */
-export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimiter", {
-  scoped: Effect.gen(function*() {
+/** The limiter, keeping at most `ipWindowsMax` windows of the buckets counted per client address. */
+const makeRateLimiter = (ipWindowsMax: number) =>
+  Effect.gen(function*() {
     const config = yield* AppConfig
-    // Connections of its own, each statement bounded: a stalled one is closed, not handed to the
-    // next sync to queue behind (the main pool would give it back).
-    const { client: sql } = yield* boundedClient(COUNTER_CONNECTIONS, {
-      connectMs: READ_WAIT_MS,
-      statementMs: READ_WAIT_MS,
-      queryMs: READ_WAIT_MS + 500
-    })
+    const sql = yield* CountersClient
     const jobs = yield* JobRunner
     const metrics = yield* Metrics
     const rejections = new Counter({
@@ -130,7 +102,7 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
       registers: [metrics.registry]
     })
     const installation: { readonly [B in Bucket]?: Window | undefined } = Option.getOrElse(config.rateLimits, () => ({}))
-    const slots = new Map<string, Slot>()
+    const slots = new CounterWindows(ipWindowsMax)
     type Overrides = { readonly [B in OverridableBucket]?: Window | undefined }
     const tenantLimits = new Map<string, { readonly at: number; readonly limits: Overrides }>()
     const reading = new Map<string, Deferred.Deferred<Overrides>>()
@@ -183,9 +155,6 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
     const windowIn = (bucket: Bucket, overrides: Overrides | undefined): Window =>
       overrides?.[bucket as OverridableBucket] ?? installation[bucket] ?? defaultWindows[bucket]
 
-    const slotId = (bucket: string, key: string, windowStart: number | string, windowEnd: number | string) =>
-      `${bucket}\u0000${key}\u0000${windowStart}\u0000${windowEnd}`
-
     /** Accepts the event if the window has room, or fails with the time left in it. */
     const decide = (slot: Slot, limit: number) => {
       slot.usedAt = Date.now()
@@ -202,29 +171,41 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
       return Effect.void
     }
 
-    /** The other nodes' counts of these windows (windows no other node counted in are left out). */
-    const othersIn = (windows: ReadonlyArray<Slot>) => {
+    /**
+     * The other nodes' counts of these windows, and this node's stored ones: a window forgotten at
+     * the bound of CounterWindows gets its count back (windows nobody counted in are left out).
+     */
+    const countsIn = (windows: ReadonlyArray<Slot>) => {
       const r = windowColumns(windows)
       return sql<CountRow>`
-        SELECT c.bucket, c.key, c.window_start, c.window_end, sum(c.count) AS others
+        SELECT c.bucket, c.key, c.window_start, c.window_end,
+               coalesce(sum(c.count) FILTER (WHERE c.node <> ${node}), 0) AS others,
+               coalesce(max(c.count) FILTER (WHERE c.node = ${node}), 0) AS mine
         FROM UNNEST(${r.buckets}::text[], ${r.keys}::text[], ${r.starts}::int8[], ${r.ends}::int8[])
              AS l(bucket, key, window_start, window_end)
         JOIN rate_limit_counters c USING (bucket, key, window_start, window_end)
-        WHERE c.node <> ${node}
         GROUP BY c.bucket, c.key, c.window_start, c.window_end`
     }
     const byWindow = (rows: ReadonlyArray<CountRow>) =>
-      new Map(rows.map((row) => [slotId(row.bucket, row.key, row.window_start, row.window_end), Number(row.others)]))
+      new Map(rows.map((row) => [slotId(row.bucket, row.key, row.window_start, row.window_end), row]))
     const idOf = (slot: Slot) => slotId(slot.bucket, slot.key, slot.windowStart, slot.windowEnd)
+    /** Takes in what a read found for the slot's window; counts only grow. */
+    const apply = (slot: Slot, row: CountRow | undefined) => {
+      if (row === undefined) return
+      const mine = Number(row.mine)
+      slot.others = Math.max(slot.others, Number(row.others))
+      slot.local = Math.max(slot.local, mine)
+      slot.written = Math.max(slot.written, mine)
+    }
 
     // Many keys first seen at once (a flood of client IPs) cost a statement per batch, not a read each.
-    const readOthers = yield* makeBatcher<Slot, number, unknown>({
+    const readCounts = yield* makeBatcher<Slot, CountRow | undefined, unknown>({
       maxBatch: LEARN_BATCH_MAX,
       concurrency: 1,
       run: (windows) =>
-        Effect.map(othersIn(windows), (rows) => {
-          const others = byWindow(rows)
-          return windows.map((slot) => others.get(idOf(slot)) ?? 0)
+        Effect.map(countsIn(windows), (rows) => {
+          const counts = byWindow(rows)
+          return windows.map((slot) => counts.get(idOf(slot)))
         }),
       timeout: { ms: READ_WAIT_MS, onTimeout: () => "slow" as const }
     })
@@ -234,10 +215,10 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
     const learn = (slot: Slot, learned: Deferred.Deferred<void>) =>
       Effect.suspend(() => {
         const startedAt = Date.now()
-        return readOthers(slot).pipe(
+        return readCounts(slot).pipe(
           Effect.matchCauseEffect({
-            onSuccess: (others) => {
-              slot.others = Math.max(slot.others, others)
+            onSuccess: (row) => {
+              apply(slot, row)
               return learnLog.succeeded
             },
             onFailure: learnLog.failed
@@ -276,22 +257,16 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
       const now = Date.now()
       const windowStart = Math.floor(now / window.scale_ms) * window.scale_ms
       const windowEnd = windowStart + window.scale_ms
-      const id = slotId(bucket, key, windowStart, windowEnd)
-      let slot = slots.get(id)
-      if (slot === undefined) {
-        slot = { bucket, key, windowStart, windowEnd, local: 0, written: 0, others: 0, readAt: -Infinity, usedAt: now, learning: undefined }
-        slots.set(id, slot)
-      }
-      const joined = slot
+      const slot = slots.take(bucket, key, windowStart, windowEnd, now)
       if (mayLearn && (slot.learning !== undefined || (slot.readAt < lastSyncAt && now - windowStart >= config.rateLimitSyncMs))) {
-        return learning(joined).pipe(
+        return learning(slot).pipe(
           Effect.flatMap(Deferred.await),
           // The read may outlast the window (up to a second): the event then belongs to the window
           // it is decided in, not to the ended one (a 429 for it, or a count the new one never sees).
           // Decided there on what this node knows: with the database silent, every read outlasts a
           // short window, and waiting again would hold the request for as long as the silence lasts.
           Effect.zipRight(Effect.suspend(() =>
-            Date.now() < joined.windowEnd ? decide(joined, window.limit) : count(bucket, key, window, false)
+            Date.now() < slot.windowEnd ? decide(slot, window.limit) : count(bucket, key, window, false)
           ))
         )
       }
@@ -300,12 +275,15 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
 
     /**
      * Counts one event for `key` in `bucket`, or fails with 429 `rate_limited` and the time left in
-     * the window. `tenantId` selects the tenant's overrides for the overridable buckets. On every
-     * request, so plain functions rather than generators.
+     * the window. `tenantId` selects the tenant's overrides for the overridable buckets; in a bucket
+     * counted per client address, `key` is the address. On every request, so plain functions rather
+     * than generators.
      */
     const consume = (bucket: Bucket, key: string, tenantId: string | null) =>
       Effect.suspend(() => {
-        if (tenantId === null || !OVERRIDABLE.has(bucket)) return count(bucket, key, windowIn(bucket, undefined))
+        if (tenantId === null || !OVERRIDABLE.has(bucket)) {
+          return count(bucket, ipBuckets.has(bucket) ? clientNetwork(key) : key, windowIn(bucket, undefined))
+        }
         // Most decisions find the tenant's overrides fresh: decided at once, no read to wait on.
         const fresh = freshOverrides(tenantId)
         return fresh !== undefined
@@ -317,7 +295,7 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
     const pick = (max: number, wanted: (slot: Slot) => boolean, first: (slot: Slot) => boolean) => {
       const ahead: Array<Slot> = []
       const rest: Array<Slot> = []
-      for (const slot of slots.values()) {
+      for (const slot of slots) {
         if (!wanted(slot)) continue
         const into = first(slot) ? ahead : rest
         if (into.length < max) into.push(slot)
@@ -335,7 +313,7 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
      */
     const sync = Effect.suspend(() => {
       const startedAt = Date.now()
-      for (const [id, slot] of slots) if (slot.windowEnd <= startedAt) slots.delete(id)
+      slots.dropEnded(startedAt)
       const writes = pick(SYNC_WRITES_MAX, (slot) => slot.local > slot.written, (slot) => slot.local - slot.written > 1)
       const reads = pick(
         SYNC_READS_MAX,
@@ -360,17 +338,21 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
           ON CONFLICT (bucket, key, window_start, window_end, node)
           DO UPDATE SET count = EXCLUDED.count WHERE rate_limit_counters.count < EXCLUDED.count
         )
-        ${othersIn(reads)}`.pipe(
+        ${countsIn(reads)}`.pipe(
         // Not waiting for the statement's cancellation: a silent connection must not stop the syncs.
         (statement) => answerWithin(statement, READ_WAIT_MS, () => new Error("the rate limit sync timed out")),
         // After a failed sync every count is written again: the database may have restarted and
         // lost the unlogged table. Writing an unchanged count leaves no row version behind.
-        Effect.tapError(() => Effect.sync(() => slots.forEach((slot) => (slot.written = 0)))),
+        Effect.tapError(() =>
+          Effect.sync(() => {
+            for (const slot of slots) slot.written = 0
+          })
+        ),
         Effect.map((rows) => {
           writes.forEach((slot, i) => (slot.written = Math.max(slot.written, counts[i]!)))
-          const others = byWindow(rows)
+          const found = byWindow(rows)
           for (const slot of reads) {
-            slot.others = Math.max(slot.others, others.get(idOf(slot)) ?? 0)
+            apply(slot, found.get(idOf(slot)))
             slot.readAt = startedAt
           }
           // A failed sync leaves it: while the database is away, decisions are local.
@@ -403,4 +385,18 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimit
 
     return { consume } as const
   })
-}) {}
+
+/**
+ * Fixed-window rate limits (client-api.md "Limits"), windows aligned to wall-clock time. Each node
+ * decides from what it accepted in the window plus what the other nodes had counted when it last
+ * looked, and twice every `RATE_LIMIT_SYNC_MS` writes its own count to a shared table (one row per
+ * node and window) and reads the others' for the windows it used since; so a burst overshoots by at
+ * most what the other nodes accept within one interval.
+ */
+export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimiter", {
+  scoped: makeRateLimiter(IP_WINDOWS_MAX)
+}) {
+  /** A limiter keeping at most `max` windows of the buckets counted per client address. */
+  static readonly keepingIpWindows = (max: number) =>
+    Layer.scoped(RateLimiter, Effect.map(makeRateLimiter(max), RateLimiter.make))
+}

@@ -1,6 +1,6 @@
 import { Data, Duration, Effect, ExecutionStrategy, Exit, Fiber, PubSub, Ref, Runtime, Schedule, Scope, Stream } from "effect"
 import { ConversationEntity } from "../../cluster/ConversationEntity.js"
-import { ActivityStore } from "../conversations/ActivityStore.js"
+import { ActivityRepo } from "../conversations/ActivityRepo.js"
 import { inSeqOrder, livePubSub, type ReadAfter, storedBetween } from "../conversations/SeqFollower.js"
 import type { Activity } from "../domain/Activity.js"
 import { databaseUnavailable, type Unavailable } from "../domain/ApiError.js"
@@ -47,7 +47,7 @@ type Feed = Pick<Topic, "pubsub" | "last" | "publishing" | "announced">
  */
 export class ConversationHub extends Effect.Service<ConversationHub>()("parley/ConversationHub", {
   scoped: Effect.gen(function*() {
-    const store = yield* ActivityStore
+    const store = yield* ActivityRepo
     const entity = yield* ConversationEntity.client
     const hubScope = yield* Effect.scope
     // Followers run as fibers of the hub, as conversation cores run as fibers of their service: one

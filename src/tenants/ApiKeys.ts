@@ -1,9 +1,9 @@
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { SqlError } from "@effect/sql/SqlError"
-import { Effect, Option, Schema } from "effect"
+import { Data, Effect, Option, Schema } from "effect"
 import type { Actor } from "../auth/Actor.js"
 import { actorLabel } from "../auth/Actor.js"
-import { generateCredential, hashCredential, hashCredentialHex } from "../auth/Credential.js"
+import { generateCredential, hashCredential, hashCredentialHex, looksLike } from "../auth/Credential.js"
 import { AuditLog } from "../db/AuditLog.js"
 import { makeBatcher } from "../db/Batcher.js"
 import { prepared } from "../db/PreparedStatements.js"
@@ -43,6 +43,17 @@ const MAX_RECENT_KEYS = 10_000
 
 const isScope = (s: string): s is Scope => (allScopes as ReadonlyArray<string>).includes(s)
 
+/** Who issues a key: the scopes it may hand out, and the key asking (null for the admin API). */
+export interface KeyIssuer {
+  readonly keyId: string | null
+  readonly scopes: ReadonlyArray<Scope>
+}
+
+/** The key asking to issue one was revoked or expired after it was checked (a revoke got there first). */
+export class IssuerGone extends Data.TaggedError("IssuerGone")<{ readonly keyId: string }> {}
+
+const IssuerChainRow = Schema.Struct({ valid: Schema.Boolean, expires_at: Schema.NullOr(Schema.String) })
+
 /** Tenant API keys: the primary key of each tenant and its scoped keys. Only hashes are stored. */
 export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
   scoped: Effect.gen(function*() {
@@ -51,6 +62,7 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
     const parents = yield* ParentRows
 
     const decodeAuthRows = Schema.decodeUnknown(Schema.Array(AuthRow))
+    const decodeIssuerChain = Schema.decodeUnknown(Schema.Array(IssuerChainRow))
 
     /** Looks up many presented keys in one query; the answer for each is its row if valid now. */
     const findAuth = (hashes: ReadonlyArray<string>) =>
@@ -89,9 +101,13 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
     // without a lookup for `RECENT_KEY_MS`, and their write checks it again (ADR 0015).
     const recent = new Map<string, { readonly key: AuthenticatedKey; readonly at: number }>()
 
-    /** The key's identity when it is valid now; `last_used_at` is written at most once a minute. */
+    /**
+     * The key's identity when it is valid now; `last_used_at` is written at most once a minute. A
+     * value that is not shaped like a key names none, and is neither hashed nor looked up.
+     */
     const authenticate = (raw: string) =>
       Effect.suspend(() => {
+        if (!looksLike("apiKey", raw)) return Effect.succeedNone
         const hash = hashCredentialHex(raw)
         return lookUp(hash).pipe(
           Effect.map(Option.map((row): AuthenticatedKey => ({
@@ -120,6 +136,7 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
      * been revoked, have expired or lost its tenant since.
      */
     const recentlyValid = (raw: string): AuthenticatedKey | undefined => {
+      if (!looksLike("apiKey", raw)) return undefined
       const entry = recent.get(hashCredentialHex(raw))
       return entry !== undefined && performance.now() - entry.at < RECENT_KEY_MS ? entry.key : undefined
     }
@@ -150,14 +167,15 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
         hash: Schema.Uint8ArrayFromSelf,
         scopes: Schema.Array(Scope),
         expiresAt: Schema.NullOr(Schema.String),
-        createdBy: Schema.String
+        createdBy: Schema.String,
+        issuerId: Schema.NullOr(Schema.String)
       }),
       Result: ApiKey,
       execute: (r) =>
         sql`
-          INSERT INTO api_keys (id, tenant_id, kind, name, prefix, key_hash, scopes, expires_at, created_by)
+          INSERT INTO api_keys (id, tenant_id, kind, name, prefix, key_hash, scopes, expires_at, created_by, issuer_id)
           VALUES (${r.id}, ${r.tenantId}, ${r.kind}, ${r.name}, ${r.prefix}, ${r.hash}, ${r.scopes}, ${r.expiresAt},
-                  ${r.createdBy})
+                  ${r.createdBy}, ${r.issuerId})
           RETURNING ${sql.literal(KEY_COLUMNS)}`
     })
 
@@ -170,7 +188,8 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
       name: string,
       scopes: ReadonlyArray<Scope>,
       expiresAt: string | null,
-      actor: Actor
+      actor: Actor,
+      issuerId: string | null = null
     ) =>
       Effect.gen(function*() {
         const key = generateCredential("apiKey")
@@ -183,7 +202,8 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
           hash: hashCredential(key),
           scopes,
           expiresAt,
-          createdBy: actorLabel(actor)
+          createdBy: actorLabel(actor),
+          issuerId
         })
         yield* audit.record(actor, {
           tenantId,
@@ -196,11 +216,32 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
       })
 
     /**
-     * Issues a scoped key. `holderScopes` are the scopes of the key asking (a key may only issue keys
-     * whose scopes it holds: 403 `insufficient_scope`); the admin API passes every scope. `TenantGone`
-     * when the tenant was deleted meanwhile.
+     * Locks the issuing key and the keys above it until the transaction ends, top first as a revoke
+     * locks them, so that a revoke of any of them waits for the issue or the issue for the revoke.
+     * Returns `expiresAt` capped at the issuer's expiry; `IssuerGone` when the issuer is not valid now.
      */
-    const issue = (tenantId: string, input: ApiKeyInput, holderScopes: ReadonlyArray<Scope>, actor: Actor) =>
+    const lockIssuer = (tenantId: string, keyId: string, expiresAt: string | null) =>
+      Effect.gen(function*() {
+        const rows = yield* sql`
+          WITH RECURSIVE chain AS (
+            SELECT id, issuer_id, 0 AS height FROM api_keys WHERE tenant_id = ${tenantId} AND id = ${keyId}
+            UNION ALL
+            SELECT k.id, k.issuer_id, chain.height + 1 FROM api_keys k JOIN chain ON k.id = chain.issuer_id
+          )
+          SELECT LEAST(${expiresAt}::timestamptz, k.expires_at) AS expires_at,
+                 k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now()) AS valid
+          FROM api_keys k JOIN chain ON chain.id = k.id
+          ORDER BY chain.height DESC FOR SHARE OF k`
+        const issuer = (yield* decodeIssuerChain(rows).pipe(Effect.orDie)).at(-1)
+        return issuer?.valid === true ? issuer.expires_at : yield* new IssuerGone({ keyId })
+      })
+
+    /**
+     * Issues a scoped key. A key may only issue keys whose scopes it holds (403 `insufficient_scope`),
+     * and none that outlives it: a later or no `expires_at` is capped at the issuer's. `TenantGone`
+     * when the tenant was deleted meanwhile, `IssuerGone` when the issuer was revoked meanwhile.
+     */
+    const issue = (tenantId: string, input: ApiKeyInput, issuer: KeyIssuer, actor: Actor) =>
       Effect.gen(function*() {
         const problems = new Problems()
         const name = problems.requiredName("name", input.name) ?? ""
@@ -219,12 +260,14 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
         }
         yield* problems.check()
         const wanted = [...new Set(scopes.filter(isScope))]
-        const missing = wanted.filter((s) => !holderScopes.includes(s))
+        const missing = wanted.filter((s) => !issuer.scopes.includes(s))
         if (missing.length > 0) {
           return yield* new InsufficientScope({ message: "a key can only issue scopes it holds", required: missing })
         }
+        const { keyId } = issuer
         return yield* parents.lockTenant(tenantId, actor).pipe(
-          Effect.zipRight(create(tenantId, "scoped", name, wanted, expiresAt, actor)),
+          Effect.zipRight(keyId === null ? Effect.succeed(expiresAt) : lockIssuer(tenantId, keyId, expiresAt)),
+          Effect.flatMap((capped) => create(tenantId, "scoped", name, wanted, capped, actor, keyId)),
           inTransaction(sql)
         )
       }).pipe(orUnavailable)
@@ -239,8 +282,8 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
       )
 
     /**
-     * Revokes at once; the key stays listed with `revoked_at`. Revoking a revoked key changes nothing
-     * (no write, no audit row).
+     * Revokes at once, with every key it issued, and the keys they issued, in one statement; the keys
+     * stay listed with `revoked_at`. Revoking a revoked key changes nothing (no write, no audit row).
      */
     const revoke = (tenantId: string, id: string, actor: Actor) =>
       Effect.gen(function*() {
@@ -251,8 +294,22 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
         const row = rows[0]
         if (row === undefined) return yield* notFound(id)
         if (row.revoked) return
-        yield* sql`UPDATE api_keys SET revoked_at = now(), updated_at = now() WHERE id = ${id}`
-        yield* audit.record(actor, { tenantId, action: "api_key.revoked", resourceType: "api_key", resourceId: id })
+        // Locked top first, as issues lock the keys above them: the two never wait for each other in a cycle.
+        const revoked = yield* sql<{ id: string }>`
+          WITH RECURSIVE tree AS (
+            SELECT ${id}::uuid AS id, 0 AS depth
+            UNION ALL
+            SELECT k.id, tree.depth + 1 FROM api_keys k JOIN tree ON k.issuer_id = tree.id
+          ), doomed AS MATERIALIZED (
+            SELECT k.id FROM api_keys k JOIN tree ON tree.id = k.id
+            WHERE k.revoked_at IS NULL ORDER BY tree.depth FOR UPDATE OF k
+          )
+          UPDATE api_keys SET revoked_at = now(), updated_at = now()
+          WHERE id IN (SELECT id FROM doomed) RETURNING id`
+        const entry = { tenantId, action: "api_key.revoked", resourceType: "api_key" } as const
+        yield* audit.record(actor, { ...entry, resourceId: id })
+        const issued = revoked.map((key) => key.id).filter((key) => key !== id)
+        if (issued.length > 0) yield* audit.recordEach(actor, { ...entry, changes: { revoked_with: id } }, issued)
       }).pipe(inTransaction(sql), orUnavailable)
 
     /**
@@ -272,7 +329,12 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
         return key
       })
 
-    return { authenticate, recentlyValid, issue, list, get, revoke, create, rotatePrimary } as const
+    /** Issues a scoped key for the operator (admin API): any scopes, no expiry cap, no issuer. */
+    const issueAsOperator = (tenantId: string, input: ApiKeyInput, actor: Actor) =>
+      // Only a key can be gone: the operator is none.
+      issue(tenantId, input, { keyId: null, scopes: allScopes }, actor).pipe(Effect.catchTag("IssuerGone", Effect.die))
+
+    return { authenticate, recentlyValid, issue, issueAsOperator, list, get, revoke, create, rotatePrimary } as const
   }),
   dependencies: [AuditLog.Default, ParentRows.Default]
 }) {}

@@ -57,21 +57,31 @@ export const query = <Row extends object = Record<string, unknown>>(text: string
   )
 
 /**
- * Holds the row locked `FOR UPDATE`, as a write whose commit is still in flight does, until the scope
- * closes (then rolls back). Needs a server: the embedded database has one session.
+ * Runs `statement` in a transaction on a connection of its own and keeps it open, its locks held,
+ * until the scope closes (then rolls back). Needs a server: the embedded database has one session.
  */
-export const holdRow = (table: "conversations" | "channels", id: string) =>
+const holdLocks = (statement: string, values: ReadonlyArray<unknown> = []) =>
   Effect.flatMap(TestDatabase, ({ url }) => {
     const holder = new Pg.Client({ connectionString: url! })
     return Effect.acquireRelease(
       Effect.promise(async () => {
         await holder.connect()
         await holder.query("BEGIN")
-        await holder.query(`SELECT 1 FROM ${table} WHERE id = $1 FOR UPDATE`, [id])
+        await holder.query(statement, values as Array<unknown>)
       }),
       () => Effect.promise(() => holder.query("ROLLBACK").then(() => holder.end()))
     )
   })
+
+/**
+ * Holds the row locked (`FOR UPDATE` unless told), as a write whose commit is still in flight does,
+ * until the scope closes.
+ */
+export const holdRow = (table: "conversations" | "channels" | "api_keys", id: string, lock: "FOR UPDATE" | "FOR SHARE" = "FOR UPDATE") =>
+  holdLocks(`SELECT 1 FROM ${table} WHERE id = $1 ${lock}`, [id])
+
+/** Holds the whole table locked until the scope closes: every read of it waits meanwhile. */
+export const holdTable = (table: "api_keys") => holdLocks(`LOCK TABLE ${table} IN ACCESS EXCLUSIVE MODE`)
 
 /** Holds the conversation's row locked, as a write of it whose commit is still in flight does. */
 export const holdConversationRow = (conversationId: string) => holdRow("conversations", conversationId)

@@ -1,6 +1,7 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect, Either, Fiber } from "effect"
-import { ActivityStore, SeqTaken, type WriteGroup } from "../src/conversations/ActivityStore.js"
+import type { WriteGroup } from "../src/conversations/ActivityBatchSql.js"
+import { ActivityWriter, SeqTaken } from "../src/conversations/ActivityWriter.js"
 import type { Activity } from "../src/domain/Activity.js"
 import { insertChannel, insertConversation, messageDraft, storedTexts } from "./support/Fixtures.js"
 import { holdConversationRow, query, serverUrl } from "./support/TestDatabase.js"
@@ -30,12 +31,12 @@ const headOf = (conversationId: string) =>
     (rows) => Number(rows[0]!.head_seq)
   )
 
-/** A tenant with two conversations on one channel, and the node's store. */
+/** A tenant with two conversations on one channel, and the node's writer. */
 const twoConversations = Effect.gen(function*() {
   const tenant = yield* createTenant()
   const channel = yield* insertChannel(tenant.id)
   const [first, second] = yield* Effect.all([insertConversation(tenant.id, channel.id), insertConversation(tenant.id, channel.id)])
-  return { tenant, first, second, store: yield* ActivityStore }
+  return { tenant, first, second, store: yield* ActivityWriter }
 })
 
 type Written = Either.Either<ReadonlyArray<Activity>, { readonly _tag: string }>
@@ -56,7 +57,7 @@ const failedAlone = (
     expect([yield* headOf(kept.id), yield* headOf(failed.id)]).toEqual([1, 0])
   })
 
-layer(TestNodeLive(), { excludeTestServices: true })("activity store", (it) => {
+layer(TestNodeLive(), { excludeTestServices: true })("activity writer", (it) => {
   it.effect("groups written together: one with a moved head fails alone, the others commit", () =>
     Effect.gen(function*() {
       const { first: fresh, second: moved, store, tenant } = yield* twoConversations
@@ -129,7 +130,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("activity store", (it) => {
         const tenant = yield* createTenant()
         const channel = yield* insertChannel(tenant.id)
         const conversations = yield* Effect.all(Array.from({ length: 5 }, () => insertConversation(tenant.id, channel.id)))
-        const store = yield* ActivityStore
+        const store = yield* ActivityWriter
         // Every 'slow' row takes 300 ms to insert, and counts itself in a sequence, which a rolled-back
         // statement does not undo; a re-sent draft id fails the batch statement at its end.
         yield* query("CREATE SEQUENCE slow_rows_seen")
@@ -228,7 +229,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("activity store", (it) => {
       const tenant = yield* createTenant()
       const channel = yield* insertChannel(tenant.id)
       const conversationId = yield* insertConversation(tenant.id, channel.id)
-      const store = yield* ActivityStore
+      const store = yield* ActivityWriter
       const late = yield* Effect.either(store.write(group(tenant.id, conversationId, 0, "late", Date.now() - 1)))
       expect(Either.isLeft(late) && late.left._tag).toBe("TooLate")
       expect(yield* storedTexts(conversationId)).toEqual([])
@@ -243,7 +244,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("activity store", (it) => {
         const tenant = yield* createTenant()
         const channel = yield* insertChannel(tenant.id)
         const conversationId = yield* insertConversation(tenant.id, channel.id)
-        const store = yield* ActivityStore
+        const store = yield* ActivityWriter
         // Its row takes longer to insert than the statement may run (a stalled disk, say): unbounded,
         // the write would wait for it. (A row lock held elsewhere ends the wait sooner: lock_timeout.)
         yield* query(`CREATE FUNCTION stalled_row() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -269,7 +270,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("activity store", (it) => {
       const tenant = yield* createTenant()
       const channel = yield* insertChannel(tenant.id)
       const conversations = yield* Effect.all(Array.from({ length: 40 }, () => insertConversation(tenant.id, channel.id)))
-      const store = yield* ActivityStore
+      const store = yield* ActivityWriter
       const large = "x".repeat(300_000)
       const written = yield* Effect.all(conversations.map((id) => store.write(group(tenant.id, id, 0, large))), {
         concurrency: "unbounded"
