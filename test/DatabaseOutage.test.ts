@@ -1,5 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Fiber, Schedule, type Scope } from "effect"
+import Pg from "pg"
 import { spawnNode } from "./support/NodeProcess.js"
 import { tcpProxy } from "./support/TcpProxy.js"
 import { holdConversationRow, serverUrl, TestDatabase, TestDatabaseLive } from "./support/TestDatabase.js"
@@ -107,16 +108,74 @@ describe.skipIf(serverUrl === undefined)("database outage", () => {
       expect((yield* readsAgain(node.baseUrl, tenantId)).status).toBe(200)
     }))
 
+  // Nothing listens where the database was (a stopped server, a failed-over address): no statement
+  // can reach it, so nothing can have been stored, and the answer is a 503 at once, not a 502 after
+  // the look-ups that an unknown outcome needs.
+  outageTest("a database that refuses connections: an append is answered 503 database_unavailable, not 502",
+    Effect.gen(function*() {
+      const { conversationId, key, node, proxy } = yield* seededNodeBehindProxy
+      expect((yield* postText(node.baseUrl, key, conversationId, "before")).status).toBe(201)
+
+      proxy.refuse()
+      // The pools drop the connections they had once they see them closed.
+      yield* Effect.sleep("500 millis")
+      const during = yield* postText(node.baseUrl, key, conversationId, "refused").pipe(
+        // A guard far below the 11 s an unknown outcome takes to settle, not a timing claim.
+        Effect.timeoutFail({ duration: "8 seconds", onTimeout: () => new Error("the append was not answered in time") })
+      )
+      expect({ status: during.status, code: during.code, details: during.details }).toEqual({
+        status: 503,
+        code: "unavailable",
+        details: { reason: "database_unavailable", retry_after_ms: expect.any(Number) }
+      })
+
+      proxy.restore()
+      const after = yield* postText(node.baseUrl, key, conversationId, "after").pipe(
+        Effect.filterOrFail((answer) => answer.status === 201, () => "not yet"),
+        Effect.retry(Schedule.spaced("500 millis").pipe(Schedule.upTo("30 seconds"))),
+        Effect.orDie
+      )
+      expect((after.data as { seq: number }).seq).toBe(2)
+    }))
+
+  // A statement that does not fit the schema (here: its table renamed under the node) is a bug:
+  // retrying cannot help, so it is a 500 `internal`, not a 503 that asks the client to retry.
+  outageTest("a statement the schema refuses is 500 internal, on an append's write and on a read",
+    Effect.gen(function*() {
+      const { conversationId, key, node, tenantId } = yield* seededNodeBehindProxy
+      // The append's core keeps the conversation's state: the next append goes straight to its write.
+      expect((yield* postText(node.baseUrl, key, conversationId, "before")).status).toBe(201)
+      const { url } = yield* TestDatabase
+      const renameTable = (table: string) =>
+        Effect.promise(async () => {
+          const client = new Pg.Client({ connectionString: url! })
+          await client.connect()
+          await client.query(`ALTER TABLE ${table} RENAME TO ${table}_gone`)
+          await client.end()
+        })
+      yield* renameTable("activities")
+      const append = yield* postText(node.baseUrl, key, conversationId, "into a table that is gone")
+      expect({ status: append.status, code: append.code }).toEqual({ status: 500, code: "internal" })
+      yield* renameTable("tenants")
+      const read = yield* call(node.baseUrl, "GET", `/api/v1/admin/tenants/${tenantId}`, admin)
+      expect({ status: read.status, code: read.code }).toEqual({ status: 500, code: "internal" })
+    }))
+
   // Open connections stay open and go silent (a frozen host, a link that drops everything): no
   // error ever arrives, so only the node's own limits end the wait.
-  outageTest("a database that stops answering: readiness says so at once, reads are 503 within the statement timeout, the node recovers",
+  outageTest("a database that stops answering: readiness says so within its check's second, reads are 503 within the statement timeout, the node recovers",
     Effect.gen(function*() {
       const { node, proxy } = yield* nodeBehindProxy({ DATABASE_STATEMENT_TIMEOUT_MS: "2500" })
       const { tenantId } = yield* seedConversation(node.baseUrl)
 
       proxy.freeze()
       const [ready, read] = yield* Effect.all([
-        call(node.baseUrl, "GET", "/health/ready", {}),
+        // A check made in the last second still answers (it is shared by every probe for a second).
+        call(node.baseUrl, "GET", "/health/ready", {}).pipe(
+          Effect.filterOrFail((answer) => answer.status !== 200, () => "not yet"),
+          Effect.retry(Schedule.spaced("200 millis").pipe(Schedule.upTo("5 seconds"))),
+          Effect.orDie
+        ),
         call(node.baseUrl, "GET", `/api/v1/admin/tenants/${tenantId}`, admin)
       ], { concurrency: "unbounded" })
       expect(ready.status).toBe(503)

@@ -5,6 +5,7 @@ import { admin, request, TestNodeLive } from "./support/TestNode.js"
 import { serverUrl, TestDatabase } from "./support/TestDatabase.js"
 import { Lifecycle } from "../src/ops/Lifecycle.js"
 import { poolCheck } from "../src/ops/Readiness.js"
+import { DatabasePool } from "../src/db/Database.js"
 
 const METRICS_TOKEN = "metrics-token-for-tests"
 
@@ -97,6 +98,35 @@ layer(TestNodeLive({ METRICS_TOKEN }), { excludeTestServices: true })("metrics b
 
       expect((yield* request("GET", "/health/live")).status).toBe(200)
       expect((yield* request("GET", "/health/ready")).status).toBe(200)
+    }))
+})
+
+layer(TestNodeLive(), { excludeTestServices: true })("readiness under a burst of probes", (it) => {
+  it.scoped("50 concurrent probes share one database check; a probe after its second checks again", () =>
+    Effect.gen(function*() {
+      const { pool } = yield* DatabasePool
+      let checkouts = 0
+      const counted = () => void checkouts++
+      yield* Effect.acquireRelease(
+        Effect.sync(() => pool.on("acquire", counted)),
+        () => Effect.sync(() => pool.off("acquire", counted))
+      )
+      const probes = (count: number) =>
+        Effect.all(Array.from({ length: count }, () => request("GET", "/health/ready")), { concurrency: "unbounded" })
+      // Past the cache of any earlier probe.
+      yield* Effect.sleep("1100 millis")
+      const before = checkouts
+      const burst = yield* probes(50)
+      expect(burst.map((reply) => reply.status)).toEqual(burst.map(() => 200))
+      const byBurst = checkouts - before
+      // The node's other work shares the pool meanwhile (cluster polls, jobs): a margin for it, far
+      // below the 50 checkouts of a check per probe.
+      expect(byBurst).toBeGreaterThanOrEqual(1)
+      expect(byBurst).toBeLessThan(10)
+      yield* Effect.sleep("1100 millis")
+      const beforeNext = checkouts
+      expect((yield* request("GET", "/health/ready")).status).toBe(200)
+      expect(checkouts).toBeGreaterThan(beforeNext)
     }))
 })
 

@@ -36,9 +36,14 @@ const ARGON2ID = 2
 // OWASP's argon2id baseline (19 MiB, 2 passes, 1 lane), pinned so a library upgrade cannot change it.
 const options = { algorithm: ARGON2ID, memoryCost: 19456, timeCost: 2, parallelism: 1 } as const
 
+/** Hashes running at once: libuv's pool has 4 threads, and DNS and file I/O need theirs meanwhile. */
+export const PASSWORD_HASH_PERMITS = 2
+/** Process-wide, as libuv's pool is: a burst of sign-ups or password changes queues here. */
+export const passwordHashing = Effect.unsafeMakeSemaphore(PASSWORD_HASH_PERMITS)
+
 /** The argon2id hash of a password in PHC form (`$argon2id$v=19$…`), with a fresh random salt. */
 export const hashPassword = (password: string) =>
-  Effect.tryPromise({
+  passwordHashing.withPermits(1)(Effect.tryPromise({
     try: (signal) => hash(password, options, signal),
     catch: (cause) => new PasswordHashFailed({ cause })
-  })
+  }))

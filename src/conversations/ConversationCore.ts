@@ -1,7 +1,7 @@
 import { Data, Effect, Either, Exit, Option, PubSub, Stream } from "effect"
 import { type AnswerWithin, makeRoundInbox } from "../concurrency/RoundInbox.js"
 import { answerWithin, type Reply } from "../concurrency/WorkQueue.js"
-import { isOutcomeUnknown } from "../db/SqlErrors.js"
+import { isOutcomeUnknown, isStatementBug } from "../db/SqlErrors.js"
 import type { Activity } from "../domain/Activity.js"
 import {
   ConversationClosed,
@@ -154,6 +154,10 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
             // Past the first attempt a conflict may be this very draft, stored meanwhile (a re-send).
             // A status change may be stored only by this write: a close whose answer was lost committed.
             const unanswered = error._tag === "WriteFailed" && isOutcomeUnknown(error.cause)
+            // A statement the schema refuses is a bug: a 500 for its callers, not a 503 to retry.
+            if (error._tag === "WriteFailed" && !unanswered && isStatementBug(error.cause)) {
+              return Effect.sync(() => pending.forEach((command) => command.done(Exit.die(error.cause))))
+            }
             return failUnwritten(pending, (command) => unanswered || (command._tag === "Append" && attempt > 0))
           },
           onSuccess: (inserted): Effect.Effect<void> => {

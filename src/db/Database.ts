@@ -1,12 +1,9 @@
 import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
-import { SqlError } from "@effect/sql/SqlError"
 import { Context, Effect, Layer, Option, Redacted, Runtime } from "effect"
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
-import { createServer } from "node:net"
-import { resolve } from "node:path"
 import Pg from "pg"
 import { AppConfig, MAX_TIMER_MS } from "../config/AppConfig.js"
+import { EMBEDDED_POOL_SIZE, embeddedServer } from "./EmbeddedServer.js"
 import { MeasuredPool } from "./MeasuredPool.js"
 import { PreparingClient } from "./PreparedStatements.js"
 import { parseTimestamptz } from "./Timestamp.js"
@@ -41,19 +38,6 @@ const ANSWER_MARGIN_MS = 2000
 /** The setup lock's session and the migrator's; closed when idle, as setup happens once. */
 const SETUP_POOL_SIZE = 2
 const SETUP_IDLE_MS = 1000
-// PGlite runs every connection in one session, so concurrent transactions would interleave in it:
-// one connection makes the pool serialise them.
-const EMBEDDED_POOL_SIZE = 1
-
-const freePort = Effect.async<number, SqlError>((resume) => {
-  const server = createServer()
-  server.once("error", (cause) => resume(Effect.fail(new SqlError({ cause, message: "no free port" }))))
-  server.listen(0, "127.0.0.1", () => {
-    const address = server.address()
-    const port = typeof address === "object" && address !== null ? address.port : 0
-    server.close(() => resume(Effect.succeed(port)))
-  })
-})
 
 const acquirePool = (options: Pg.PoolConfig) =>
   Effect.acquireRelease(
@@ -70,114 +54,6 @@ const acquirePool = (options: Pg.PoolConfig) =>
     }),
     (pool) => Effect.promise(() => pool.end().catch(() => undefined))
   )
-
-/** Lock files this process holds: a pid tells processes apart, not nodes of one process (tests). */
-const heldLocks = new Set<string>()
-
-/**
- * Whether process `pid` runs (EPERM: as another user's). A zombie does not: a killed node whose
- * parent died too stays one where nothing reaps it (PID 1 of many containers), holding its pid.
- */
-const isRunning = (pid: number) => {
-  try {
-    process.kill(pid, 0)
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === "EPERM"
-  }
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
-    return stat.charAt(stat.lastIndexOf(")") + 2) !== "Z"
-  } catch {
-    return true // no /proc (not Linux): the signal's answer stands
-  }
-}
-
-/** Creates `path` holding this process's pid; the pid of the live process holding it otherwise. */
-const tryLock = (path: string): number | undefined => {
-  for (let attempt = 0; attempt < 2; attempt++) {
-    try {
-      writeFileSync(path, String(process.pid), { flag: "wx" })
-      return undefined
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error
-    }
-    const holder = Number(readFileSync(path, "utf8").trim())
-    // Our own pid in a lock no node of this process holds: left by a crashed start (a container
-    // restarted gives its process the same pid again).
-    const stale = !Number.isInteger(holder) || holder <= 0 || (holder === process.pid
-      ? !heldLocks.has(path)
-      : !isRunning(holder))
-    if (!stale) return holder
-    rmSync(path, { force: true })
-  }
-  throw new Error("another start took it over meanwhile")
-}
-
-/**
- * PGlite takes no lock on its directory: a second node started on the same `DATA_DIR` served too,
- * each answered writes the other never saw, and the one that closed last overwrote the other's
- * (acknowledged writes lost on restart). The node holds `pglite.lock`, its pid inside, while the
- * database is open; a lock whose process is gone (a crash) is taken over.
- */
-const lockDirectory = (directory: string) => {
-  const path = `${directory}.lock`
-  return Effect.acquireRelease(
-    Effect.try({
-      try: () => tryLock(path),
-      catch: (cause) => new SqlError({ cause, message: `cannot lock the embedded database (${path})` })
-    }).pipe(
-      Effect.filterOrFail(
-        (holder) => holder === undefined,
-        (holder) =>
-          new SqlError({
-            cause: undefined,
-            message: `the embedded database in ${directory} is in use by process ${holder} (DATA_DIR serves one node; ` +
-              `delete ${path} if that process is not a Parley node)`
-          })
-      ),
-      Effect.tap(() => Effect.sync(() => heldLocks.add(path)))
-    ),
-    () =>
-      Effect.sync(() => {
-        heldLocks.delete(path)
-        rmSync(path, { force: true })
-      })
-  )
-}
-
-/**
- * PGlite behind a local socket so that `pg` (and @effect/cluster) talk to it as to any server.
- * Everything is serialised in one session, so the socket server must accept more connections than
- * the pool opens (its default of one hangs).
- */
-const embeddedServer = (dataDir: string) =>
-  Effect.gen(function*() {
-    const directory = resolve(dataDir, "pglite")
-    mkdirSync(directory, { recursive: true })
-    yield* lockDirectory(directory)
-    const db = yield* Effect.acquireRelease(
-      Effect.tryPromise({
-        // Loaded only here: a node on PostgreSQL never pays for the WebAssembly database.
-        try: () => import("@electric-sql/pglite").then(({ PGlite }) => PGlite.create(directory)),
-        catch: (cause) => new SqlError({ cause, message: `cannot open the embedded database in ${directory}` })
-      }),
-      (db) => Effect.promise(() => db.close().catch(() => undefined))
-    )
-    const port = yield* freePort
-    yield* Effect.acquireRelease(
-      Effect.tryPromise({
-        try: async () => {
-          const { PGLiteSocketServer } = await import("@electric-sql/pglite-socket")
-          const server = new PGLiteSocketServer({ db, host: "127.0.0.1", port, maxConnections: EMBEDDED_POOL_SIZE + 8 })
-          await server.start()
-          return server
-        },
-        catch: (cause) => new SqlError({ cause, message: "cannot start the embedded database socket" })
-      }),
-      (server) => Effect.promise(() => server.stop().catch(() => undefined))
-    )
-    return port
-  })
 
 /** Connection settings for `DATABASE_URL`. */
 const serverOptions = (config: AppConfig, databaseUrl: Redacted.Redacted): Pg.PoolConfig => ({

@@ -1,7 +1,7 @@
 import type { SqlError } from "@effect/sql/SqlError"
 import { type Cause, Effect, type ParseResult } from "effect"
 import { BadRequest, databaseUnavailable, type Unavailable } from "../domain/ApiError.js"
-import { isDataException } from "./SqlErrors.js"
+import { isDataException, isUnavailable } from "./SqlErrors.js"
 
 type Infrastructure = SqlError | ParseResult.ParseError | Cause.NoSuchElementException
 
@@ -13,9 +13,10 @@ const isInfrastructure = (u: unknown): u is Infrastructure =>
 export const unstorableValue = () => new BadRequest({ message: "the request holds a value that cannot be stored" })
 
 /**
- * Maps what a repository can fail with besides domain errors: a failed statement is 503
- * `unavailable` (nothing committed) unless the database refused a value of the request (400: a
- * retry would fail the same way); a row that breaks its schema or a missing RETURNING row is a bug.
+ * Maps what a repository can fail with besides domain errors: a statement the database could not
+ * serve is 503 `unavailable` (nothing committed), a value of the request it refused is 400 (a retry
+ * would fail the same way); any other SQL error, a row that breaks its schema or a missing
+ * RETURNING row is a bug (a defect: 500, logged by the edge).
  */
 export const orUnavailable = <A, E, R>(
   effect: Effect.Effect<A, E, R>
@@ -28,5 +29,7 @@ export const orUnavailable = <A, E, R>(
         ? Effect.die(e)
         : isDataException(e)
         ? Effect.fail(unstorableValue())
-        : Effect.fail(databaseUnavailable())
+        : isUnavailable(e)
+        ? Effect.fail(databaseUnavailable())
+        : Effect.die(e)
   ) as Effect.Effect<A, Exclude<E, Infrastructure> | Unavailable | BadRequest, R>

@@ -1,17 +1,64 @@
-import { Effect } from "effect"
-import { lookup } from "node:dns/promises"
+import { Duration, Effect, Fiber } from "effect"
+import { lookup, Resolver } from "node:dns/promises"
+import { isIP } from "node:net"
 
-/** Turns a host name into the addresses a request to it may reach. */
-export class HostResolver extends Effect.Service<HostResolver>()("parley/HostResolver", {
-  succeed: {
+/** Every lookup ends within this: a name whose DNS server never answers is a name that did not resolve. */
+const LOOKUP_BOUND = Duration.seconds(5)
+/** c-ares asks each server twice, waiting this long and then twice as long. */
+const QUERY_TIMEOUT_MS = 1000
+const QUERY_TRIES = 2
+
+/** `servers` (`host:port`): the DNS servers to ask instead of the system's (a test's, say). */
+export interface HostResolverOptions {
+  readonly servers?: ReadonlyArray<string>
+}
+
+/**
+ * Names are asked over DNS through c-ares, which runs on the event loop with a time limit. A name
+ * DNS does not answer for (the hosts file, a search domain, a server that failed) is asked of the
+ * system resolver, whose `getaddrinfo` holds a thread of libuv's pool until it returns: one such
+ * lookup at a time, others wait for it within their bound.
+ */
+export const hostResolver = (options: HostResolverOptions) =>
+  Effect.gen(function*() {
+    const dns = new Resolver({ timeout: QUERY_TIMEOUT_MS, tries: QUERY_TRIES })
+    if (options.servers !== undefined) dns.setServers([...options.servers])
+    const systemLookups = yield* Effect.makeSemaphore(1)
+
+    const viaDns = (host: string) =>
+      Effect.promise(() => Promise.allSettled([dns.resolve4(host), dns.resolve6(host)])).pipe(
+        Effect.map((answers) => answers.flatMap((answer) => answer.status === "fulfilled" ? answer.value : []))
+      )
+
+    // The permit is given back when getaddrinfo returns, not when the caller stops waiting.
+    const viaSystem = (host: string) =>
+      Effect.uninterruptibleMask((restore) =>
+        Effect.zipRight(
+          restore(systemLookups.take(1)),
+          Effect.forkDaemon(
+            Effect.tryPromise(() => lookup(host, { all: true, verbatim: true })).pipe(
+              Effect.map((entries) => entries.map((entry) => entry.address)),
+              Effect.ensuring(systemLookups.release(1))
+            )
+          )
+        )
+      ).pipe(Effect.flatMap(Fiber.join))
+
     /**
-     * Every address of the host, as the system resolver answers. A name that does not resolve
-     * (now) has none: the guard decides what that means.
+     * Every address of the host. A name that does not resolve (now), or not within the bound, has
+     * none: the caller decides what that means.
      */
-    resolve: (host: string): Effect.Effect<ReadonlyArray<string>> =>
-      Effect.tryPromise(() => lookup(host, { all: true, verbatim: true })).pipe(
-        Effect.map((entries) => entries.map((entry) => entry.address)),
+    const resolve = (host: string): Effect.Effect<ReadonlyArray<string>> =>
+      isIP(host) !== 0 ? Effect.succeed([host]) : viaDns(host).pipe(
+        Effect.filterOrFail((addresses) => addresses.length > 0),
+        Effect.orElse(() => viaSystem(host)),
+        Effect.timeout(LOOKUP_BOUND),
         Effect.orElseSucceed((): ReadonlyArray<string> => [])
       )
-  }
+    return { resolve } as const
+  })
+
+/** Turns a host name into the addresses a request to it may reach, within a time limit. */
+export class HostResolver extends Effect.Service<HostResolver>()("parley/HostResolver", {
+  effect: hostResolver({})
 }) {}

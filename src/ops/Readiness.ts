@@ -30,6 +30,8 @@ const POOL_WINDOW_MS = 5000
 export const poolCheck = (averageWaitMs: number, limitMs: number): Check =>
   limitMs > 0 && averageWaitMs >= limitMs ? "error" : "ok"
 const DATABASE_TIMEOUT = Duration.seconds(1)
+/** How long one database check answers every probe: a burst of probes costs one check, not a pool. */
+const DATABASE_CHECK_TTL = Duration.seconds(1)
 
 const shippedMigrationIds = Object.keys(migrations).map((name) => Number(name.split("_")[0]))
 
@@ -63,10 +65,15 @@ export class Readiness extends Effect.Service<Readiness>()("parley/Readiness", {
         })
       ))
 
+    // Probes while a check runs wait for it. Draining and jobs are read fresh: a drain shows at once.
+    const databaseChecks = yield* Effect.cachedWithTTL(
+      Effect.all([probe(sql`SELECT 1`), probe(migrationsApplied)], { concurrency: "unbounded" }),
+      DATABASE_CHECK_TTL
+    )
+
     const check = Effect.gen(function*() {
-      const [database, migrationsCheck, draining, running] = yield* Effect.all([
-        probe(sql`SELECT 1`),
-        probe(migrationsApplied),
+      const [[database, migrationsCheck], draining, running] = yield* Effect.all([
+        databaseChecks,
         lifecycle.isDraining,
         jobs.isRunning
       ], { concurrency: "unbounded" })

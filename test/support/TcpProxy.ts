@@ -9,7 +9,12 @@ export interface TcpProxy {
   readonly port: number
   /** From now on new connections are accepted and left without an answer; open ones are cut. */
   readonly blackhole: () => void
-  /** Forwards new connections again; after `freeze`, delivers what was held and forwards again. */
+  /** From now on nothing listens on the port (connections are refused); open ones are cut. */
+  readonly refuse: () => void
+  /**
+   * Forwards new connections again (after `refuse`, listening on the same port); after `freeze`,
+   * delivers what was held and forwards again.
+   */
   readonly restore: () => void
   /**
    * From now on nothing is delivered in either direction, on open and new connections alike, and
@@ -41,6 +46,7 @@ export const tcpProxy = (target: { readonly host: string; readonly port: number 
     Effect.async<{ readonly proxy: TcpProxy; readonly server: Net.Server; readonly sockets: Set<Net.Socket> }>((resume) => {
       const sockets = new Set<Net.Socket>()
       let forwarding = true
+      let refusing = false
       let frozen = false
       // While frozen, each connection's bytes wait here in order, per direction.
       const thawing = new Set<() => void>()
@@ -112,7 +118,14 @@ export const tcpProxy = (target: { readonly host: string; readonly port: number 
             forwarding = false
             for (const socket of sockets) socket.destroy()
           },
+          refuse: () => {
+            refusing = true
+            server.close()
+            for (const socket of sockets) socket.destroy()
+          },
           restore: () => {
+            if (refusing) server.listen(proxy.port, "127.0.0.1")
+            refusing = false
             forwarding = true
             frozen = false
             for (const deliver of thawing) deliver()
