@@ -1,8 +1,9 @@
 import { Singleton } from "@effect/cluster"
 import { SqlClient } from "@effect/sql"
-import { Duration, Effect, Exit, Layer, Schedule } from "effect"
+import { Duration, Effect, Exit, Layer } from "effect"
 import { AppConfig } from "../src/config/AppConfig.js"
 import { WRITE_DEADLINE_MS } from "../src/conversations/WriteTimings.js"
+import { JobRunner } from "../src/ops/JobRunner.js"
 import { ConversationEntity } from "./ConversationEntity.js"
 
 const PAGE = 500
@@ -76,9 +77,13 @@ export const ConversationExpiryLive = Layer.unwrapEffect(
   Effect.map(AppConfig, (config) =>
     Singleton.make(
       "conversation-expiry",
-      closeIdleConversations(config.conversationIdleCloseSeconds, config.conversationExpiryClosesPerSecond).pipe(
-        Effect.catchAllCause((cause) => Effect.logWarning("conversation expiry check failed", cause)),
-        Effect.repeat(Schedule.spaced(Duration.seconds(config.conversationExpiryCheckSeconds)))
-      )
+      // A loop of the singleton's scope: it stops when the singleton moves, and readiness sees it
+      // on the node that runs it.
+      Effect.flatMap(JobRunner, (jobs) =>
+        jobs.every(
+          "close_idle_conversations",
+          Duration.seconds(config.conversationExpiryCheckSeconds),
+          closeIdleConversations(config.conversationIdleCloseSeconds, config.conversationExpiryClosesPerSecond)
+        ))
     ))
 )

@@ -1,11 +1,12 @@
 import { describe, expect, it, layer } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Fiber, FiberRef, HashMap, Option } from "effect"
 import Pg from "pg"
 import { admin, request, TestNodeLive } from "./support/TestNode.js"
 import { serverUrl, TestDatabase } from "./support/TestDatabase.js"
 import { Lifecycle } from "../src/ops/Lifecycle.js"
 import { poolCheck } from "../src/ops/Readiness.js"
 import { DatabasePool } from "../src/db/Database.js"
+import { eventually } from "./support/Eventually.js"
 
 const METRICS_TOKEN = "metrics-token-for-tests"
 
@@ -159,6 +160,50 @@ layer(TestNodeLive(), { excludeTestServices: true })("probes and metrics while d
 
       const metrics = yield* request("GET", "/metrics")
       expect(samples(metrics.body as string, "parley_draining")).toEqual(["parley_draining 1"])
+    }))
+})
+
+/** The fibers of the job runner's loops in this process, by job name. */
+const runningLoops = Effect.map(Fiber.roots, (fibers) =>
+  fibers.flatMap((fiber) =>
+    Option.match(HashMap.get(fiber.getFiberRef(FiberRef.currentLogAnnotations), "job"), {
+      onNone: () => [],
+      onSome: (job) => [[String(job), fiber] as const]
+    })
+  ))
+
+layer(TestNodeLive(), { excludeTestServices: true })("readiness when a background loop stops", (it) => {
+  it.effect("every periodic loop of the node (ADR 0020) runs in the job runner", () =>
+    Effect.gen(function*() {
+      const names = (loops: ReadonlyArray<readonly [string, unknown]>) => loops.map(([job]) => job).sort()
+      // The expiry singleton starts once this node holds its shard.
+      const loops = yield* eventually(runningLoops, (loops) => names(loops).includes("close_idle_conversations"))
+      expect(names(loops)).toEqual([
+        "check_hub_gaps",
+        "close_idle_conversations",
+        "drop_idle_cores",
+        "forget_idle_tenant_limits",
+        "prune_audit_log",
+        "prune_expired_sessions",
+        "prune_rate_limit_counters",
+        "purge_deleted_conversations",
+        "sync_rate_limit_counters"
+      ])
+    }))
+
+  // Stopped from outside, as a bug would stop it.
+  it.effect("a stopped loop fails the oban check: 503 unavailable", () =>
+    Effect.gen(function*() {
+      expect((yield* request("GET", "/health/ready")).status).toBe(200)
+      const hubLoop = (yield* runningLoops).find(([job]) => job === "check_hub_gaps")
+      yield* Fiber.interrupt(hubLoop![1])
+      const ready = yield* request("GET", "/health/ready")
+      expect(ready.status).toBe(503)
+      expect(ready.body).toEqual({
+        status: "unavailable",
+        reasons: ["oban"],
+        checks: { database: "ok", oban: "error", draining: "ok", migrations: "ok", pool: "ok" }
+      })
     }))
 })
 

@@ -1,5 +1,6 @@
 import { EntityId, Sharding, type ShardId } from "@effect/cluster"
-import { Duration, Effect, ExecutionStrategy, Exit, Fiber, Runtime, Schedule, Scope } from "effect"
+import { Duration, Effect, ExecutionStrategy, Exit, Fiber, Runtime, Scope } from "effect"
+import { JobRunner } from "../ops/JobRunner.js"
 import { ActivityRepo } from "./ActivityRepo.js"
 import { ActivityWriter } from "./ActivityWriter.js"
 import { ConversationStateRepo } from "./ConversationState.js"
@@ -36,6 +37,7 @@ export class ConversationCores extends Effect.Service<ConversationCores>()("parl
     const writer = yield* ActivityWriter
     const store = yield* ActivityRepo
     const states = yield* ConversationStateRepo
+    const jobs = yield* JobRunner
     const scope = yield* Effect.scope
     // In order of use, least recent first.
     const running = new Map<string, Running>()
@@ -133,7 +135,7 @@ export class ConversationCores extends Effect.Service<ConversationCores>()("parl
       const cutoff = performance.now() - Duration.toMillis(IDLE_AFTER)
       return drop([...running].filter(([, entry]) => entry.lastUsed < cutoff && entry.core.idle()))
     })
-    yield* Effect.forkScoped(sweep.pipe(Effect.repeat(Schedule.spaced(SWEEP_EVERY))))
+    yield* jobs.every("drop_idle_cores", SWEEP_EVERY, sweep)
 
     /** Listeners' streams open on this node's cores, from any node. */
     const streams = () => {

@@ -1,5 +1,5 @@
 import { SqlClient } from "@effect/sql"
-import { type Cause, Deferred, Duration, Effect, Exit, FiberId, Layer, Option, Schedule, Schema } from "effect"
+import { type Cause, Deferred, Duration, Effect, Exit, FiberId, Layer, Option, Schema } from "effect"
 import { Counter } from "prom-client"
 import { answerWithin } from "../concurrency/WorkQueue.js"
 import { AppConfig } from "../config/AppConfig.js"
@@ -363,25 +363,27 @@ const makeRateLimiter = (ipWindowsMax: number) =>
     })
 
     const syncLog = failureLog("rate limit sync failed; counting locally until it succeeds", "rate limit sync recovered")
-    yield* Effect.forkScoped(
+    // Twice per interval: another node's count reaches this one through its write and then this
+    // node's read, each up to a period late, so what a node knows of the others is at most one
+    // interval old (and a sync's duration), as the documented overshoot bound says.
+    yield* jobs.every(
+      "sync_rate_limit_counters",
+      Duration.millis(config.rateLimitSyncMs / 2),
       sync.pipe(
         Effect.matchCauseEffect({
           onFailure: syncLog.failed,
           // A sync with nothing to exchange learned nothing about the database.
           onSuccess: (reachedDatabase) => (reachedDatabase ? syncLog.succeeded : Effect.void)
-        }),
-        // Twice per interval: another node's count reaches this one through its write and then this
-        // node's read, each up to a period late, so what a node knows of the others is at most one
-        // interval old (and a sync's duration), as the documented overshoot bound says.
-        Effect.repeat(Schedule.fixed(Duration.millis(config.rateLimitSyncMs / 2)))
-      )
+        })
+      ),
+      { fixedRate: true }
     )
     yield* jobs.every("prune_rate_limit_counters", "1 minute", pruneCounters)
     // Tenants not seen for a minute are forgotten: the map would otherwise hold every tenant ever served.
-    yield* Effect.forkScoped(Effect.sync(() => {
+    yield* jobs.every("forget_idle_tenant_limits", "1 minute", Effect.sync(() => {
       const cutoff = Date.now() - 60_000
       for (const [tenantId, { at }] of tenantLimits) if (at < cutoff) tenantLimits.delete(tenantId)
-    }).pipe(Effect.repeat(Schedule.spaced(Duration.minutes(1)))))
+    }))
 
     return { consume } as const
   })

@@ -1,9 +1,10 @@
-import { Data, Duration, Effect, ExecutionStrategy, Exit, Fiber, PubSub, Ref, Runtime, Schedule, Scope, Stream } from "effect"
+import { Data, Duration, Effect, ExecutionStrategy, Exit, Fiber, PubSub, Ref, Runtime, Scope, Stream } from "effect"
 import { ActivityRepo } from "../conversations/ActivityRepo.js"
 import { ConversationOwners } from "../conversations/ConversationOwners.js"
 import { inSeqOrder, livePubSub, type ReadAfter, storedBetween } from "../conversations/SeqFollower.js"
 import type { Activity } from "../domain/Activity.js"
 import { databaseUnavailable, type Unavailable } from "../domain/ApiError.js"
+import { JobRunner } from "../ops/JobRunner.js"
 
 const PAGE = 500
 
@@ -49,6 +50,7 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
   scoped: Effect.gen(function*() {
     const store = yield* ActivityRepo
     const owners = yield* ConversationOwners
+    const jobs = yield* JobRunner
     const hubScope = yield* Effect.scope
     // Followers run as fibers of the hub, as conversation cores run as fibers of their service: one
     // forked by the listener whose subscribe opened its topic would log with that listener's request
@@ -160,11 +162,7 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
           }), { discard: true })
       }
     })
-    // Whatever one check meets (a defect included), the next one runs.
-    yield* Effect.forkScoped(gapCheck.pipe(
-      Effect.catchAllCause((cause) => Effect.logWarning("live fan-out gap check failed", cause)),
-      Effect.repeat(Schedule.spaced(GAP_CHECK_EVERY))
-    ))
+    yield* jobs.every("check_hub_gaps", GAP_CHECK_EVERY, gapCheck)
 
     /** Starts the topic: `last` at `head`, its upstream forked into a scope of its own. */
     const open = (conversationId: string, head: number) =>
