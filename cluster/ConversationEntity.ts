@@ -4,11 +4,12 @@ import { Schema } from "effect"
 import { Activity, ActivityDraft } from "../src/domain/Activity.js"
 import { WriteOutcomeUnknown } from "../src/conversations/ConversationOwners.js"
 import { ConversationClosed, InvalidMessage, NotFound, Unauthorized, Unavailable } from "../src/domain/ApiError.js"
+import { TenantId } from "../src/domain/Tenant.js"
 
 /** Appends one activity; re-sending the same draft id or idempotency key returns the stored one. */
 export const Append = Rpc.make("Append", {
   payload: {
-    tenantId: Schema.UUID,
+    tenantId: TenantId,
     draft: ActivityDraft,
     // `deadline` (epoch ms): past it the entity no longer writes, so a caller that gave up and
     // answered 503 can trust that nothing was stored.
@@ -28,7 +29,7 @@ export const Append = Rpc.make("Append", {
  */
 export const SetStatus = Rpc.make("SetStatus", {
   payload: {
-    tenantId: Schema.UUID,
+    tenantId: TenantId,
     status: Schema.Literal("active", "closed"),
     reason: Schema.Literal("manual", "expired"),
     idleSince: Schema.NullOr(Schema.String),

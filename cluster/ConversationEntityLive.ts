@@ -2,6 +2,7 @@ import { Entity } from "@effect/cluster"
 import { Duration, Effect, Fiber, Random, Stream } from "effect"
 import { AppConfig } from "../src/config/AppConfig.js"
 import { Unavailable } from "../src/domain/ApiError.js"
+import { conversationIdOf } from "../src/domain/Conversation.js"
 import { ConversationCores } from "../src/conversations/ConversationCores.js"
 import { ConversationEntity } from "./ConversationEntity.js"
 
@@ -42,7 +43,8 @@ const boundedLifetime = (lifetimeMs: number) => <A, E, R>(stream: Stream.Stream<
  */
 export const ConversationEntityLive = ConversationEntity.toLayer(
   Effect.gen(function*() {
-    const conversationId = (yield* Entity.CurrentAddress).entityId
+    // The entity id is a conversation id as its sender decoded it.
+    const conversationId = conversationIdOf((yield* Entity.CurrentAddress).entityId)
     const cores = yield* ConversationCores
     const bounded = boundedLifetime((yield* AppConfig).clusterStreamLifetimeMs)
     const core = cores.get(conversationId)

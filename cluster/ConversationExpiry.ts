@@ -3,6 +3,7 @@ import { SqlClient } from "@effect/sql"
 import { Duration, Effect, Exit, Layer } from "effect"
 import { AppConfig } from "../src/config/AppConfig.js"
 import { WRITE_DEADLINE_MS } from "../src/conversations/WriteTimings.js"
+import type { TenantId } from "../src/domain/Tenant.js"
 import { JobRunner } from "../src/ops/JobRunner.js"
 import { ConversationEntity } from "./ConversationEntity.js"
 
@@ -22,7 +23,7 @@ export const closeIdleConversations = (idleCloseSeconds: number, closesPerSecond
     const entity = yield* ConversationEntity.client
     const spacing = Duration.millis(1000 / closesPerSecond)
     /** Closes one page's conversations and logs how many it closed. */
-    const closePage = (idle: ReadonlyArray<{ readonly id: string; readonly tenant_id: string }>, cutoff: string) =>
+    const closePage = (idle: ReadonlyArray<{ readonly id: string; readonly tenant_id: TenantId }>, cutoff: string) =>
       Effect.suspend(() => {
         let closed = 0
         return Effect.forEach(idle, ({ id, tenant_id }) =>
@@ -57,7 +58,7 @@ export const closeIdleConversations = (idleCloseSeconds: number, closesPerSecond
     // check, and a page of such conversations cannot hold back the idle ones behind it.
     let after = { minute: Number.MIN_SAFE_INTEGER, id: "00000000-0000-0000-0000-000000000000" }
     while (true) {
-      const idle = yield* sql<{ id: string; tenant_id: string; activity_minute: string }>`
+      const idle = yield* sql<{ id: string; tenant_id: TenantId; activity_minute: string }>`
         SELECT id, tenant_id, activity_minute FROM conversations
         WHERE status = 'active' AND activity_minute <= ${cutoffMinute} AND updated_at < ${cutoff}
           AND activity_minute >= ${after.minute} AND (activity_minute, id) > (${after.minute}, ${after.id}::uuid)

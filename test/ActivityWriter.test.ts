@@ -3,13 +3,15 @@ import { Effect, Either, Fiber } from "effect"
 import type { WriteGroup } from "../src/conversations/ActivityBatchSql.js"
 import { ActivityWriter, SeqTaken } from "../src/conversations/ActivityWriter.js"
 import type { Activity } from "../src/domain/Activity.js"
+import type { ConversationId } from "../src/domain/Conversation.js"
+import type { TenantId } from "../src/domain/Tenant.js"
 import { insertChannel, insertConversation, messageDraft, storedTexts } from "./support/Fixtures.js"
 import { holdConversationRow, query, serverUrl } from "./support/TestDatabase.js"
 import { createTenant, TestNodeLive } from "./support/TestNode.js"
 
 const group = (
-  tenantId: string,
-  conversationId: string,
+  tenantId: TenantId,
+  conversationId: ConversationId,
   oldHead: number,
   text: string,
   deadline = Date.now() + 5_000,
@@ -83,7 +85,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("activity writer", (it) => 
   it.effect("a group with an idempotency key already stored is not written (KeyTaken); others commit", () =>
     Effect.gen(function*() {
       const { first: repeated, second: other, store, tenant } = yield* twoConversations
-      const keyed = (conversationId: string, oldHead: number, text: string, key: string): WriteGroup => ({
+      const keyed = (conversationId: ConversationId, oldHead: number, text: string, key: string): WriteGroup => ({
         ...group(tenant.id, conversationId, oldHead, text),
         activities: [messageDraft(text, key)]
       })

@@ -1,6 +1,7 @@
 import { expect, layer } from "@effect/vitest"
 import { Context, Effect, Layer, Stream } from "effect"
 import { ConversationCores } from "../src/conversations/ConversationCores.js"
+import { ConversationId } from "../src/domain/Conversation.js"
 import { eventually } from "./support/Eventually.js"
 import { insertConversation, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { TestNodeLive } from "./support/TestNode.js"
@@ -11,7 +12,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation cores", (it) 
       const cores = yield* ConversationCores
       const { channel, key, tenant } = yield* tenantWithConversation
       const before = cores.running()
-      const ids = Array.from({ length: 50 }, () => crypto.randomUUID())
+      const ids = Array.from({ length: 50 }, () => ConversationId.to.make(crypto.randomUUID()))
       const statuses = yield* Effect.forEach(
         ids,
         (id) => Effect.map(tenantApi(key, "POST", `/conversations/${id}/activities`, { text: "hi" }), (reply) => reply.status),
@@ -34,9 +35,9 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation cores", (it) 
         Array.from({ length: 5 }),
         () => Effect.map(tenantWithConversation, (made) => made.conversationId)
       )
-      const running = (ids: ReadonlyArray<string>) => ids.filter((id) => cores.find(id) !== undefined)
+      const running = (ids: ReadonlyArray<ConversationId>) => ids.filter((id) => cores.find(id) !== undefined)
       /** A listener on the conversation's core, open until the test ends. */
-      const listen = (id: string) =>
+      const listen = (id: ConversationId) =>
         Effect.gen(function*() {
           const core = cores.find(id)!
           yield* Effect.forkScoped(Stream.runDrain(core.subscribe(0)))

@@ -12,6 +12,8 @@ import { ActivityWriter, MAX_STATEMENT_JSON } from "../src/conversations/Activit
 import { Conversations } from "../src/conversations/Conversations.js"
 import { ConversationStateRepo } from "../src/conversations/ConversationState.js"
 import type { ActivityDraft } from "../src/domain/Activity.js"
+import type { ConversationId } from "../src/domain/Conversation.js"
+import { TenantId } from "../src/domain/Tenant.js"
 import { holdConversationRow, query, serverUrl } from "./support/TestDatabase.js"
 import { messageDraft, storedTexts, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { TestNodeLive } from "./support/TestNode.js"
@@ -21,11 +23,11 @@ import { overrideConversationCall } from "./support/EntityCallOverride.js"
  * A second owner's core for a conversation (as after a crash or a handoff), on the node's store,
  * whose state reads fail while `failing.on` is set (a database that answers errors for a moment).
  */
-const secondOwner = (conversationId: string, failing: { on: boolean }) =>
+const secondOwner = (conversationId: ConversationId, failing: { on: boolean }) =>
   Effect.gen(function*() {
     const real = yield* ConversationStateRepo
     const states = ConversationStateRepo.make({
-      load: (id: string) =>
+      load: (id: ConversationId) =>
         Effect.suspend(() =>
           failing.on ? Effect.fail(new SqlError.SqlError({ cause: "injected", message: "connection reset" })) : real.load(id)
         )
@@ -302,7 +304,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("conversation entity", (it)
       const { conversationId } = yield* tenantWithConversation
       const entity = yield* ConversationEntity.client
       const error = yield* Effect.flip(
-        entity(conversationId).Append({ tenantId: crypto.randomUUID(), draft: messageDraft("x"), deadline: Date.now() + 5000 })
+        entity(conversationId).Append({ tenantId: TenantId.to.make(crypto.randomUUID()), draft: messageDraft("x"), deadline: Date.now() + 5000 })
       )
       expect(error._tag).toBe("NotFound")
       expect(yield* storedTexts(conversationId)).toEqual([])

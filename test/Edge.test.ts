@@ -13,7 +13,7 @@ import { Metrics } from "../src/ops/Metrics.js"
 import { storedTexts, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { rawRequest } from "./support/RawHttp.js"
 import { envelope } from "./support/Envelope.js"
-import { ADMIN_TOKEN, admin, freePort, request, TestNode, TestNodeLive } from "./support/TestNode.js"
+import { ADMIN_TOKEN, admin, freePort, manage, request, TestNode, TestNodeLive } from "./support/TestNode.js"
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 
@@ -317,6 +317,42 @@ layer(TestNodeLive(), { excludeTestServices: true })("HTTP edge", (it) => {
       const success = yield* admin("GET", "/tenants", undefined, { "x-request-id": "ok-1" })
       expect(success.status).toBe(200)
       expect(success.headers.get("x-request-id")).toBe("ok-1")
+    }))
+
+  it.effect("an id in upper case reaches the resource of its lower-case form, on every family, and is answered lower-case", () =>
+    Effect.gen(function*() {
+      const { channel, conversationId, key, tenant } = yield* tenantWithConversation
+      const upper = (id: string) => id.toUpperCase()
+      // Admin: a path id.
+      const tenantReply = yield* admin("GET", `/tenants/${upper(tenant.id)}`)
+      expect([tenantReply.status, tenantReply.body.data.id]).toEqual([200, tenant.id])
+      expect((yield* admin("GET", `/tenants/${upper(tenant.id)}/api_keys`)).status).toBe(200)
+      // Management: a path id, and one nested under it.
+      const channelReply = yield* manage(key, "GET", `/channels/${upper(channel.id)}`)
+      expect([channelReply.status, channelReply.body.data.id]).toEqual([200, channel.id])
+      expect((yield* manage(key, "GET", `/channels/${upper(channel.id)}/publishable_keys`)).status).toBe(200)
+      // Tenant API: a path id on the lean append route and the router, a body's reply_to_id, a filter.
+      const first = yield* tenantApi(key, "POST", `/conversations/${upper(conversationId)}/activities`, { text: "one", sender: "ann" })
+      expect([first.status, first.body.data.conversation_id]).toEqual([201, conversationId])
+      const edit = yield* tenantApi(key, "POST", `/conversations/${upper(conversationId)}/activities`, {
+        type: "messageUpdate",
+        text: "one, edited",
+        sender: "ann",
+        reply_to_id: upper(first.body.data.id)
+      })
+      expect([edit.status, edit.body.data.reply_to_id]).toEqual([201, first.body.data.id])
+      const got = yield* tenantApi(key, "GET", `/conversations/${upper(conversationId)}`)
+      expect([got.status, got.body.data.id]).toEqual([200, conversationId])
+      const page = yield* tenantApi(key, "GET", `/conversations/${upper(conversationId)}/activities`)
+      expect(page.body.data.map((a: { seq: number }) => a.seq)).toEqual([1, 2])
+      const listed = yield* tenantApi(key, "GET", `/conversations?channel_id=${upper(channel.id)}`)
+      expect(listed.body.data.map((c: { id: string }) => c.id)).toEqual([conversationId])
+      // Legacy: a body's conversation id.
+      const token = yield* request("POST", "/api/v1/tokens", {
+        body: { conversation_id: upper(conversationId), user_id: "u" },
+        headers: { "x-channel-token": channel.secret }
+      })
+      expect(token.status).toBe(201)
     }))
 
   it.effect("every error carries exactly the four envelope keys", () =>

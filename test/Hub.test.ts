@@ -1,6 +1,7 @@
 import { expect, layer } from "@effect/vitest"
-import { Chunk, Context, Deferred, Effect, Fiber, HashMap, Layer, Logger, LogLevel, Stream } from "effect"
+import { Chunk, Context, Deferred, Effect, Fiber, HashMap, Layer, Logger, LogLevel, Schema, Stream } from "effect"
 import type { Activity } from "../src/domain/Activity.js"
+import { ConversationId } from "../src/domain/Conversation.js"
 import { LIVE_BUFFER } from "../src/conversations/SeqFollower.js"
 import { ConversationHub } from "../src/realtime/ConversationHub.js"
 import { tenantApi, tenantWithConversation } from "./support/Fixtures.js"
@@ -65,8 +66,8 @@ layer(TestNodeLive(), { excludeTestServices: true })("node-local hub", (it) => {
       yield* tenantApi(key, "POST", path, { text: "first" })
       const once = yield* hub.subscribe(conversationId, 0).pipe(Stream.take(1), Stream.runCollect)
       expect(Chunk.toReadonlyArray(once).map((a) => a.text)).toEqual(["first"])
-      // However the id is spelled: the same topic, following the same entity.
-      const next = yield* hub.subscribe(conversationId.toUpperCase(), 1).pipe(Stream.take(1), Stream.runCollect, Effect.fork)
+      // However the id is spelled, once decoded: the same topic, following the same entity.
+      const next = yield* hub.subscribe(Schema.decodeSync(ConversationId)(conversationId.toUpperCase()), 1).pipe(Stream.take(1), Stream.runCollect, Effect.fork)
       yield* Effect.sleep("200 millis")
       yield* tenantApi(key, "POST", path, { text: "second" })
       const seen = Chunk.toReadonlyArray(yield* Fiber.join(next).pipe(Effect.timeout("10 seconds")))

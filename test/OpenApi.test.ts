@@ -24,6 +24,19 @@ layer(TestNodeLive(), { excludeTestServices: true })("OpenAPI document", (it) =>
         "/api/v1/conversations",
         "/api/v1/conversations/{id}/activities"
       ]) expect(Object.keys(doc.paths), path).toContain(path)
+      // Branded ids decode to their lower-case form; the document still shows what a client sends: a UUID.
+      const uuid = { type: "string", format: "uuid" }
+      const schemaOf = (schema: unknown) => {
+        const ref = (schema as { $ref?: string }).$ref?.match(/#\/components\/schemas\/(\w+)/)?.[1]
+        return ref === undefined ? schema : doc.components.schemas[ref]
+      }
+      for (const path of ["/api/v1/conversations/{id}", "/api/v1/admin/tenants/{id}", "/api/v1/manage/channels/{id}"]) {
+        const get = doc.paths[path]!["get"] as unknown as { parameters: ReadonlyArray<{ name: string; in: string; schema: unknown }> }
+        const id = get.parameters.find((p) => p.in === "path" && p.name === "id")
+        expect(schemaOf(id?.schema), path).toMatchObject(uuid)
+      }
+      const conversation = doc.components.schemas["Conversation"] as { properties: Record<string, unknown> }
+      for (const field of ["id", "tenant_id", "channel_id"]) expect(schemaOf(conversation.properties[field]), field).toMatchObject(uuid)
       const notFound = doc.paths["/api/v1/conversations/{id}/activities"]!["post"]!.responses["404"]!
       const ref = JSON.stringify(notFound.content?.["application/json"]?.schema).match(/#\/components\/schemas\/(\w+)/)?.[1]
       expect(doc.components.schemas[ref!]).toMatchObject({

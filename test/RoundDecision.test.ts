@@ -13,11 +13,13 @@ import {
 } from "../src/conversations/RoundDecision.js"
 import type { Activity, ActivityDraft } from "../src/domain/Activity.js"
 import type { ConversationClosed, InvalidMessage, Unavailable } from "../src/domain/ApiError.js"
+import { ChannelId } from "../src/domain/Channel.js"
+import { TenantId } from "../src/domain/Tenant.js"
 import { messageDraft } from "./support/Fixtures.js"
 
 const NOW = Date.parse("2030-01-01T12:00:00.000Z")
-const tenantId = crypto.randomUUID()
-const originChannel = crypto.randomUUID()
+const tenantId = TenantId.to.make(crypto.randomUUID())
+const originChannel = ChannelId.to.make(crypto.randomUUID())
 
 const conversation = (status: "active" | "closed", updatedAt = "2030-01-01T11:00:00.000Z"): ConversationState => ({
   tenant_id: tenantId,

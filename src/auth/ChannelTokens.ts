@@ -2,12 +2,14 @@ import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
 import { orUnavailable } from "../db/SqlFailure.js"
 import { CredentialChannelInactive, Unauthorized } from "../domain/ApiError.js"
+import { ChannelId } from "../domain/Channel.js"
+import { TenantId } from "../domain/Tenant.js"
 import { hashCredential } from "./Credential.js"
 
 /** The channel a channel secret belongs to, with the states that decide whether it may be used. */
 export const ChannelOfSecret = Schema.Struct({
-  id: Schema.String,
-  tenant_id: Schema.String,
+  id: ChannelId,
+  tenant_id: TenantId,
   status: Schema.Literal("active", "inactive"),
   tenant_status: Schema.Literal("active", "inactive")
 })

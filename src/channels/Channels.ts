@@ -10,12 +10,14 @@ import { AddressGuard } from "../delivery/AddressGuard.js"
 import { Conflict, NotFound } from "../domain/ApiError.js"
 import {
   Channel,
+  ChannelId,
   CHANNEL_LIST_LIMIT,
   type ChannelInput,
   DEFAULT_RETRY_POLICY,
   StoredRetryPolicy
 } from "../domain/Channel.js"
 import { redactObject } from "../domain/Redaction.js"
+import { TenantId } from "../domain/Tenant.js"
 import { checkIfMatch, etagOf } from "../domain/Version.js"
 import { type ChannelBase, type ChannelPatch, validateChannel } from "./ChannelValidation.js"
 import { sameJson } from "../domain/SameJson.js"
@@ -80,7 +82,7 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
     const parents = yield* ParentRows
 
     const findChannel = SqlSchema.findOne({
-      Request: Schema.Struct({ tenantId: Schema.String, id: Schema.String, lock: Schema.Boolean }),
+      Request: Schema.Struct({ tenantId: TenantId, id: ChannelId, lock: Schema.Boolean }),
       Result: ChannelRow,
       execute: ({ id, lock, tenantId }) =>
         sql`SELECT ${sql.literal(CHANNEL_COLUMNS)} FROM channels WHERE tenant_id = ${tenantId} AND id = ${id}
@@ -88,7 +90,7 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
     })
 
     const listChannels = SqlSchema.findAll({
-      Request: Schema.String,
+      Request: TenantId,
       Result: ChannelRow,
       execute: (tenantId) =>
         sql`SELECT ${sql.literal(CHANNEL_COLUMNS)} FROM channels WHERE tenant_id = ${tenantId}
@@ -102,16 +104,16 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
     })
 
     const replaceSecret = SqlSchema.findOne({
-      Request: Schema.Struct({ tenantId: Schema.String, id: Schema.String, hash: Schema.Uint8ArrayFromSelf }),
+      Request: Schema.Struct({ tenantId: TenantId, id: ChannelId, hash: Schema.Uint8ArrayFromSelf }),
       Result: ChannelRow,
       execute: ({ hash, id, tenantId }) =>
         sql`UPDATE channels SET secret_hash = ${hash}, updated_at = now()
             WHERE tenant_id = ${tenantId} AND id = ${id} RETURNING ${sql.literal(CHANNEL_COLUMNS)}`
     })
 
-    const notFound = (id: string) => new NotFound({ message: `channel ${id} not found` })
+    const notFound = (id: ChannelId) => new NotFound({ message: `channel ${id} not found` })
 
-    const load = (tenantId: string, id: string, lock: boolean) =>
+    const load = (tenantId: TenantId, id: ChannelId, lock: boolean) =>
       findChannel({ tenantId, id, lock }).pipe(
         Effect.flatMap(Option.match({ onNone: () => Effect.fail(notFound(id)), onSome: Effect.succeed }))
       )
@@ -120,7 +122,7 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
       validateChannel(input, base, creating).pipe(Effect.provideService(AddressGuard, guard))
 
     /** Creates a channel; its secret is returned here once. `TenantGone` when the tenant was deleted meanwhile. */
-    const create = (tenantId: string, input: ChannelInput, actor: Actor) =>
+    const create = (tenantId: TenantId, input: ChannelInput, actor: Actor) =>
       Effect.gen(function*() {
         const patch = yield* validate(input, NEW_CHANNEL, true)
         const secret = generateCredential("channelSecret")
@@ -144,13 +146,13 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
       }).pipe(orUnavailable)
 
     /** The tenant's channels by name, at most `CHANNEL_LIST_LIMIT`. */
-    const list = (tenantId: string) => listChannels(tenantId).pipe(Effect.map((rows) => rows.map(toChannel)), orUnavailable)
+    const list = (tenantId: TenantId) => listChannels(tenantId).pipe(Effect.map((rows) => rows.map(toChannel)), orUnavailable)
 
-    const get = (tenantId: string, id: string) => load(tenantId, id, false).pipe(Effect.map(toChannel), orUnavailable)
+    const get = (tenantId: TenantId, id: ChannelId) => load(tenantId, id, false).pipe(Effect.map(toChannel), orUnavailable)
 
     // Validation may resolve a webhook host, so it runs before the row lock is taken; the write then
     // proceeds only if the channel is still the version that was validated.
-    const attemptUpdate = (tenantId: string, id: string, input: ChannelInput, ifMatch: Option.Option<string>, actor: Actor) =>
+    const attemptUpdate = (tenantId: TenantId, id: ChannelId, input: ChannelInput, ifMatch: Option.Option<string>, actor: Actor) =>
       Effect.gen(function*() {
         const current = yield* load(tenantId, id, false)
         const version = versionOf(current)
@@ -175,7 +177,7 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
       })
 
     /** PUT and PATCH: sent fields are set, the others kept; nothing is written when nothing changes; honours `If-Match`. */
-    const update = (tenantId: string, id: string, input: ChannelInput, ifMatch: Option.Option<string>, actor: Actor) =>
+    const update = (tenantId: TenantId, id: ChannelId, input: ChannelInput, ifMatch: Option.Option<string>, actor: Actor) =>
       attemptUpdate(tenantId, id, input, ifMatch, actor).pipe(
         Effect.retry({ times: 2, while: Predicate.isTagged("ChannelChanged") }),
         Effect.catchTag("ChannelChanged", () =>
@@ -187,7 +189,7 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
      * Deletes the channel with its conversations and keys (foreign keys cascade); the conversations'
      * activities and deliveries are purged in the background (ConversationPurge).
      */
-    const remove = (tenantId: string, id: string, ifMatch: Option.Option<string>, actor: Actor) =>
+    const remove = (tenantId: TenantId, id: ChannelId, ifMatch: Option.Option<string>, actor: Actor) =>
       Effect.gen(function*() {
         const current = yield* load(tenantId, id, true)
         yield* checkIfMatch(ifMatch, versionOf(current))
@@ -202,7 +204,7 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
       }).pipe(inTransaction(sql), orUnavailable)
 
     /** A new secret, returned once; the old one stops working when this commits. */
-    const rotateSecret = (tenantId: string, id: string, actor: Actor) =>
+    const rotateSecret = (tenantId: TenantId, id: ChannelId, actor: Actor) =>
       Effect.gen(function*() {
         const secret = generateCredential("channelSecret")
         const row = yield* replaceSecret({ tenantId, id, hash: hashCredential(secret) }).pipe(

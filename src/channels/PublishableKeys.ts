@@ -7,6 +7,7 @@ import { ParentRows } from "../db/ParentRows.js"
 import { orUnavailable } from "../db/SqlFailure.js"
 import { inTransaction } from "../db/Transaction.js"
 import { NotFound } from "../domain/ApiError.js"
+import { ChannelId } from "../domain/Channel.js"
 import { Problems } from "../domain/Problems.js"
 import { sameJson } from "../domain/SameJson.js"
 import {
@@ -17,6 +18,7 @@ import {
   type PublishableKeyInput,
   PublishableKeyStatus
 } from "../domain/PublishableKey.js"
+import { TenantId } from "../domain/Tenant.js"
 
 const KEY_COLUMNS = "id, channel_id, name, prefix, allowed_origins, status, inserted_at, updated_at"
 const PREFIX_LENGTH = 11
@@ -66,7 +68,7 @@ export class PublishableKeys extends Effect.Service<PublishableKeys>()("parley/P
     const parents = yield* ParentRows
 
     const listKeys = SqlSchema.findAll({
-      Request: Schema.Struct({ tenantId: Schema.String, channelId: Schema.String }),
+      Request: Schema.Struct({ tenantId: TenantId, channelId: ChannelId }),
       Result: PublishableKey,
       execute: ({ channelId, tenantId }) =>
         sql`SELECT ${sql.literal(KEY_COLUMNS)} FROM publishable_keys
@@ -82,7 +84,7 @@ export class PublishableKeys extends Effect.Service<PublishableKeys>()("parley/P
 
     /** One key of the channel, locked for the change about to be made to it. */
     const lockKey = SqlSchema.findOne({
-      Request: Schema.Struct({ tenantId: Schema.String, channelId: Schema.String, id: Schema.String }),
+      Request: Schema.Struct({ tenantId: TenantId, channelId: ChannelId, id: Schema.String }),
       Result: PublishableKey,
       execute: ({ channelId, id, tenantId }) =>
         sql`SELECT ${sql.literal(KEY_COLUMNS)} FROM publishable_keys
@@ -91,8 +93,8 @@ export class PublishableKeys extends Effect.Service<PublishableKeys>()("parley/P
 
     const updateKey = SqlSchema.findOne({
       Request: Schema.Struct({
-        tenantId: Schema.String,
-        channelId: Schema.String,
+        tenantId: TenantId,
+        channelId: ChannelId,
         id: Schema.String,
         columns: Schema.Record({ key: Schema.String, value: Schema.Unknown })
       }),
@@ -108,13 +110,13 @@ export class PublishableKeys extends Effect.Service<PublishableKeys>()("parley/P
     const keyNotFound = (id: string) => new NotFound({ message: `publishable key ${id} not found` })
 
     // Locked: the channel cannot be deleted while a key is being added to it (404 if it went first).
-    const requireChannel = (tenantId: string, channelId: string) =>
+    const requireChannel = (tenantId: TenantId, channelId: ChannelId) =>
       Effect.asVoid(parents.lockChannel(tenantId, channelId))
 
     /** Applies column changes to a key of the channel and audits them; 404 when there is no such key. */
     const change = (
-      tenantId: string,
-      channelId: string,
+      tenantId: TenantId,
+      channelId: ChannelId,
       id: string,
       columns: Record<string, unknown>,
       action: string,
@@ -132,7 +134,7 @@ export class PublishableKeys extends Effect.Service<PublishableKeys>()("parley/P
      * Issues a key for the channel; the key is returned here once. `TenantGone` when the tenant was
      * deleted meanwhile (its row is locked first, in the order a tenant delete takes them).
      */
-    const create = (tenantId: string, channelId: string, input: NewPublishableKeyInput, actor: Actor) =>
+    const create = (tenantId: TenantId, channelId: ChannelId, input: NewPublishableKeyInput, actor: Actor) =>
       Effect.gen(function*() {
         const { hash, key, prefix } = freshKey()
         return yield* Effect.gen(function*() {
@@ -165,14 +167,14 @@ export class PublishableKeys extends Effect.Service<PublishableKeys>()("parley/P
       }).pipe(orUnavailable)
 
     /** The channel's keys, oldest first, without their values. */
-    const list = (tenantId: string, channelId: string) =>
+    const list = (tenantId: TenantId, channelId: ChannelId) =>
       parents.readChannel(tenantId, channelId).pipe(Effect.zipRight(listKeys({ tenantId, channelId })), orUnavailable)
 
     /**
      * Changes `name`, `allowed_origins` (replaced as a whole) or `status`; only sent fields. An unknown
      * key is 404 whatever the body, as on the other resources; an invalid body is 422.
      */
-    const update = (tenantId: string, channelId: string, id: string, input: PublishableKeyInput, actor: Actor) =>
+    const update = (tenantId: TenantId, channelId: ChannelId, id: string, input: PublishableKeyInput, actor: Actor) =>
       Effect.gen(function*() {
         const current = yield* lockKey({ tenantId, channelId, id })
         if (Option.isNone(current)) return yield* keyNotFound(id)
@@ -195,7 +197,7 @@ export class PublishableKeys extends Effect.Service<PublishableKeys>()("parley/P
       }).pipe(inTransaction(sql), orUnavailable)
 
     /** A new key value, returned once; the old value stops working when this commits. */
-    const rotate = (tenantId: string, channelId: string, id: string, actor: Actor) =>
+    const rotate = (tenantId: TenantId, channelId: ChannelId, id: string, actor: Actor) =>
       Effect.gen(function*() {
         const { hash, key, prefix } = freshKey()
         const rotated = yield* change(
@@ -211,7 +213,7 @@ export class PublishableKeys extends Effect.Service<PublishableKeys>()("parley/P
       }).pipe(orUnavailable)
 
     /** Deletes the key at once. */
-    const remove = (tenantId: string, channelId: string, id: string, actor: Actor) =>
+    const remove = (tenantId: TenantId, channelId: ChannelId, id: string, actor: Actor) =>
       Effect.gen(function*() {
         const rows = yield* sql<{ id: string }>`
           DELETE FROM publishable_keys WHERE tenant_id = ${tenantId} AND channel_id = ${channelId} AND id = ${id}

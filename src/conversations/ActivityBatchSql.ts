@@ -2,14 +2,16 @@ import type { SqlClient } from "@effect/sql"
 import { prepared } from "../db/PreparedStatements.js"
 import { deliveryRow, type PlannedDelivery } from "../delivery/DeliveryRows.js"
 import type { Activity, ActivityDraft } from "../domain/Activity.js"
+import type { ConversationId } from "../domain/Conversation.js"
+import type { TenantId } from "../domain/Tenant.js"
 
 /**
  * Consecutive activities of one conversation written atomically: they take seqs
  * `oldHead + 1 …`, and the conversation's head moves from `oldHead` only if nobody moved it first.
  */
 export interface WriteGroup {
-  readonly conversationId: string
-  readonly tenantId: string
+  readonly conversationId: ConversationId
+  readonly tenantId: TenantId
   readonly oldHead: number
   readonly activities: ReadonlyArray<ActivityDraft>
   readonly deliveries: ReadonlyArray<PlannedDelivery>

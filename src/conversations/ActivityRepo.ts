@@ -1,6 +1,8 @@
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Schema } from "effect"
 import { inTransaction } from "../db/Transaction.js"
+import { ConversationId } from "../domain/Conversation.js"
+import { TenantId } from "../domain/Tenant.js"
 import { ACTIVITY_COLUMNS, ActivityFromRow } from "./ActivityRows.js"
 import { IN_FLIGHT_WAIT_MS } from "./WriteTimings.js"
 
@@ -14,8 +16,8 @@ export class ActivityRepo extends Effect.Service<ActivityRepo>()("parley/Activit
 
     const findActivities = SqlSchema.findAll({
       Request: Schema.Struct({
-        tenantId: Schema.String,
-        conversationId: Schema.String,
+        tenantId: TenantId,
+        conversationId: ConversationId,
         ids: Schema.Array(Schema.String),
         keys: Schema.Array(Schema.String)
       }),
@@ -30,7 +32,7 @@ export class ActivityRepo extends Effect.Service<ActivityRepo>()("parley/Activit
      * Activities of the tenant's conversation already stored under any of these ids or idempotency
      * keys (another tenant's conversation has none).
      */
-    const findExisting = (tenantId: string, conversationId: string, ids: ReadonlyArray<string>, keys: ReadonlyArray<string>) =>
+    const findExisting = (tenantId: TenantId, conversationId: ConversationId, ids: ReadonlyArray<string>, keys: ReadonlyArray<string>) =>
       findActivities({ tenantId, conversationId, ids, keys })
 
     /**
@@ -42,8 +44,8 @@ export class ActivityRepo extends Effect.Service<ActivityRepo>()("parley/Activit
      * `IN_FLIGHT_WAIT_MS` this fails, and the outcome of such a write is not known yet.
      */
     const findSettled = (
-      tenantId: string,
-      conversationId: string,
+      tenantId: TenantId,
+      conversationId: ConversationId,
       ids: ReadonlyArray<string>,
       keys: ReadonlyArray<string>
     ) =>
@@ -61,7 +63,7 @@ export class ActivityRepo extends Effect.Service<ActivityRepo>()("parley/Activit
      * The tenant's conversation's status once no write of it is in flight (as `findSettled` waits),
      * for a close or reopen whose answer was lost; undefined when there is no such conversation.
      */
-    const statusSettled = (tenantId: string, conversationId: string) =>
+    const statusSettled = (tenantId: TenantId, conversationId: ConversationId) =>
       inTransaction(sql)(
         sql`SELECT set_config('lock_timeout', ${`${IN_FLIGHT_WAIT_MS}ms`}, true)`.pipe(
           // After the wait, FOR SHARE reads the row as the write left it.
@@ -72,7 +74,7 @@ export class ActivityRepo extends Effect.Service<ActivityRepo>()("parley/Activit
       )
 
     const readRange = SqlSchema.findAll({
-      Request: Schema.Struct({ conversationId: Schema.String, after: Schema.Number, limit: Schema.Number }),
+      Request: Schema.Struct({ conversationId: ConversationId, after: Schema.Number, limit: Schema.Number }),
       Result: ActivityFromRow,
       execute: ({ after, conversationId, limit }) =>
         sql`SELECT ${sql.literal(ACTIVITY_COLUMNS)} FROM activities
@@ -81,11 +83,11 @@ export class ActivityRepo extends Effect.Service<ActivityRepo>()("parley/Activit
     })
 
     /** Up to `limit` activities with seq above `after`, oldest first. */
-    const readAfter = (conversationId: string, after: number, limit: number) =>
+    const readAfter = (conversationId: ConversationId, after: number, limit: number) =>
       readRange({ conversationId, after, limit })
 
     const findDeleted = SqlSchema.findAll({
-      Request: Schema.Struct({ conversationId: Schema.String, ids: Schema.Array(Schema.String) }),
+      Request: Schema.Struct({ conversationId: ConversationId, ids: Schema.Array(Schema.String) }),
       Result: Schema.Struct({ id: Schema.String }),
       execute: ({ conversationId, ids }) =>
         sql`SELECT id FROM activities
@@ -93,22 +95,22 @@ export class ActivityRepo extends Effect.Service<ActivityRepo>()("parley/Activit
     })
 
     /** Which of these activities of the conversation are deleted messages. */
-    const deletedAmong = (conversationId: string, ids: ReadonlyArray<string>) =>
+    const deletedAmong = (conversationId: ConversationId, ids: ReadonlyArray<string>) =>
       Effect.map(findDeleted({ conversationId, ids }), (rows): ReadonlySet<string> => new Set(rows.map((row) => row.id)))
 
-    const HeadRow = Schema.Struct({ id: Schema.String, head_seq: Schema.NumberFromString })
+    const HeadRow = Schema.Struct({ id: ConversationId, head_seq: Schema.NumberFromString })
     const findHeads = SqlSchema.findAll({
-      Request: Schema.Array(Schema.String),
+      Request: Schema.Array(ConversationId),
       Result: HeadRow,
       execute: (ids) => sql`SELECT id, head_seq FROM conversations WHERE id = ANY(${ids}::uuid[])`
     })
 
     /** The committed head seqs of these conversations, by id (missing ones are absent). */
-    const headsOf = (conversationIds: ReadonlyArray<string>) =>
+    const headsOf = (conversationIds: ReadonlyArray<ConversationId>) =>
       Effect.map(findHeads(conversationIds), (rows) => new Map(rows.map((row) => [row.id, row.head_seq])))
 
     /** The committed head seq of a conversation (0 when it has none or does not exist). */
-    const headOf = (conversationId: string) =>
+    const headOf = (conversationId: ConversationId) =>
       Effect.map(headsOf([conversationId]), (heads) => heads.get(conversationId) ?? 0)
 
     return { findExisting, findSettled, statusSettled, deletedAmong, readAfter, headOf, headsOf } as const

@@ -1,5 +1,5 @@
 import { Either, Schema } from "effect"
-import { ActivityType } from "../domain/Activity.js"
+import { type ActivityId, activityIdOf, ActivityType } from "../domain/Activity.js"
 import { InvalidMessage } from "../domain/ApiError.js"
 import { exceedsCharacters } from "../domain/Characters.js"
 import { Problems } from "../domain/Problems.js"
@@ -62,7 +62,7 @@ export interface CheckedActivity {
   readonly text: string | null
   readonly attachments: ReadonlyArray<Record<string, unknown>>
   readonly metadata: Record<string, unknown>
-  readonly reply_to_id: string | null
+  readonly reply_to_id: ActivityId | null
   readonly message_type: string | null
   readonly payload: Record<string, unknown> | null
 }
@@ -136,10 +136,10 @@ export const checkActivity = (input: ActivityInput): Either.Either<CheckedActivi
     }
   }
 
-  let replyToId: string | null = null
+  let replyToId: ActivityId | null = null
   if (input.reply_to_id !== undefined && input.reply_to_id !== null) {
     if (typeof input.reply_to_id !== "string" || !isUuid(input.reply_to_id)) problems.add("reply_to_id", "must be a UUID")
-    else replyToId = input.reply_to_id.toLowerCase()
+    else replyToId = activityIdOf(input.reply_to_id)
   } else if (typeof type === "string" && NEEDS_TARGET.has(type)) {
     problems.add("reply_to_id", `is required for ${type}`)
   }

@@ -12,6 +12,7 @@ import {
   type Unauthorized,
   type Unavailable
 } from "../domain/ApiError.js"
+import type { ConversationId } from "../domain/Conversation.js"
 import { ActivityRepo } from "./ActivityRepo.js"
 import { ActivityWriter } from "./ActivityWriter.js"
 import { type AppendRequest, type StatusRequest, WriteOutcomeUnknown } from "./ConversationOwners.js"
@@ -56,7 +57,7 @@ const NO_IDS: ReadonlySet<string> = new Set()
  * the core forgets its state and answers `Moved`. Closing the scope answers `Moved` to whatever
  * still waits. A load that finds no conversation calls `onMissing` before its commands get their 404.
  */
-export const makeConversationCore = (conversationId: string, isOwned: () => boolean, onMissing: () => void) =>
+export const makeConversationCore = (conversationId: ConversationId, isOwned: () => boolean, onMissing: () => void) =>
   Effect.gen(function*() {
     const writer = yield* ActivityWriter
     const store = yield* ActivityRepo

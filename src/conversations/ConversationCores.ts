@@ -1,5 +1,6 @@
 import { EntityId, Sharding, type ShardId } from "@effect/cluster"
 import { Duration, Effect, ExecutionStrategy, Exit, Fiber, Runtime, Scope } from "effect"
+import type { ConversationId } from "../domain/Conversation.js"
 import { JobRunner } from "../ops/JobRunner.js"
 import { ActivityRepo } from "./ActivityRepo.js"
 import { ActivityWriter } from "./ActivityWriter.js"
@@ -40,20 +41,20 @@ export class ConversationCores extends Effect.Service<ConversationCores>()("parl
     const jobs = yield* JobRunner
     const scope = yield* Effect.scope
     // In order of use, least recent first.
-    const running = new Map<string, Running>()
+    const running = new Map<ConversationId, Running>()
     const creating = yield* Effect.makeSemaphore(1)
     // Cores start in fibers of this service, not in their first caller's: a core's long-lived fiber
     // would keep that caller's fiber (and its answer) for as long as the core runs, and log with its
     // request id.
     const startDetached = Runtime.runFork(yield* Effect.runtime<never>())
 
-    const shardOf = (conversationId: string) => sharding.getShardId(EntityId.make(conversationId), "default")
+    const shardOf = (conversationId: ConversationId) => sharding.getShardId(EntityId.make(conversationId), "default")
 
     /** True while this node owns the conversation's shard (a running core knows its shard: no hashing). */
-    const isOwned = (conversationId: string) =>
+    const isOwned = (conversationId: ConversationId) =>
       sharding.hasShardId(running.get(conversationId)?.shardId ?? shardOf(conversationId))
 
-    const existing = (conversationId: string) => {
+    const existing = (conversationId: ConversationId) => {
       const entry = running.get(conversationId)
       if (entry === undefined) return undefined
       entry.lastUsed = performance.now()
@@ -63,7 +64,7 @@ export class ConversationCores extends Effect.Service<ConversationCores>()("parl
     }
 
     /** Takes the cores out at once; their scopes close after (a closing core still answers what it took). */
-    const drop = (entries: ReadonlyArray<readonly [string, Running]>) => {
+    const drop = (entries: ReadonlyArray<readonly [ConversationId, Running]>) => {
       for (const [id] of entries) running.delete(id)
       return Effect.forEach(entries, ([, entry]) => Scope.close(entry.scope, Exit.void), { discard: true })
     }
@@ -75,8 +76,8 @@ export class ConversationCores extends Effect.Service<ConversationCores>()("parl
     const makeRoom = Effect.suspend(() => {
       const excess = running.size + 1 - maxRunning
       if (excess <= 0) return Effect.void
-      const idle: Array<readonly [string, Running]> = []
-      const busy: Array<readonly [string, Running]> = []
+      const idle: Array<readonly [ConversationId, Running]> = []
+      const busy: Array<readonly [ConversationId, Running]> = []
       for (const pair of running) {
         if (idle.length === excess) break
         ;(pair[1].core.idle() ? idle : busy).push(pair)
@@ -92,7 +93,7 @@ export class ConversationCores extends Effect.Service<ConversationCores>()("parl
      * Called by a core whose conversation was not found: it goes at once (unless a stream is open on
      * it), and a later command starts a new one. Its last round still answers what it took.
      */
-    const missing = (conversationId: string, child: Scope.CloseableScope) => () => {
+    const missing = (conversationId: ConversationId, child: Scope.CloseableScope) => () => {
       const entry = running.get(conversationId)
       if (entry?.scope !== child || entry.core.subscribers() > 0) return
       running.delete(conversationId)
@@ -100,7 +101,7 @@ export class ConversationCores extends Effect.Service<ConversationCores>()("parl
     }
 
     /** The conversation's core, started on first use. */
-    const get = (conversationId: string): Effect.Effect<ConversationCore> =>
+    const get = (conversationId: ConversationId): Effect.Effect<ConversationCore> =>
       Effect.suspend(() => {
         const found = existing(conversationId)
         if (found !== undefined) return Effect.succeed(found)

@@ -2,6 +2,8 @@ import type { ClusterError } from "@effect/cluster"
 import { Context, type Effect, Schema, type Stream } from "effect"
 import type { Activity, ActivityDraft } from "../domain/Activity.js"
 import type { ConversationClosed, InvalidMessage, NotFound, Unauthorized, Unavailable } from "../domain/ApiError.js"
+import type { ConversationId } from "../domain/Conversation.js"
+import type { TenantId } from "../domain/Tenant.js"
 
 /**
  * The write failed in a way that leaves its outcome open (its connection broke after sending it):
@@ -12,7 +14,7 @@ export class WriteOutcomeUnknown extends Schema.TaggedError<WriteOutcomeUnknown>
 
 /** An append as a conversation's owner takes it. */
 export interface AppendRequest {
-  readonly tenantId: string
+  readonly tenantId: TenantId
   readonly draft: ActivityDraft
   /** Epoch ms: past it the owner no longer writes, so a caller that answered 503 can trust nothing was stored. */
   readonly deadline: number
@@ -22,7 +24,7 @@ export interface AppendRequest {
 
 /** A close or reopen as a conversation's owner takes it; `idleSince` makes a close conditional on nothing newer. */
 export interface StatusRequest {
-  readonly tenantId: string
+  readonly tenantId: TenantId
   readonly status: "active" | "closed"
   readonly reason: "manual" | "expired"
   readonly idleSince: string | null
@@ -38,16 +40,16 @@ export type OwnerUnreached = ClusterError.MailboxFull | ClusterError.AlreadyProc
  */
 export class ConversationOwners extends Context.Tag("parley/ConversationOwners")<ConversationOwners, {
   readonly append: (
-    conversationId: string,
+    conversationId: ConversationId,
     request: AppendRequest
   ) => Effect.Effect<
     Activity,
     NotFound | ConversationClosed | InvalidMessage | Unavailable | WriteOutcomeUnknown | Unauthorized | OwnerUnreached
   >
   readonly setStatus: (
-    conversationId: string,
+    conversationId: ConversationId,
     request: StatusRequest
   ) => Effect.Effect<{ readonly changed: boolean }, NotFound | Unavailable | WriteOutcomeUnknown | OwnerUnreached>
   /** Every activity above `fromSeq`: stored ones first, then live ones, in seq order. */
-  readonly subscribe: (conversationId: string, fromSeq: number) => Stream.Stream<Activity, Unavailable | OwnerUnreached>
+  readonly subscribe: (conversationId: ConversationId, fromSeq: number) => Stream.Stream<Activity, Unavailable | OwnerUnreached>
 }>() {}

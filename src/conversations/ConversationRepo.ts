@@ -3,15 +3,18 @@ import { Effect, Option, Schema } from "effect"
 import { ParentRows } from "../db/ParentRows.js"
 import { inTransaction } from "../db/Transaction.js"
 import { ChannelInactive } from "../domain/ApiError.js"
-import { Conversation, ConversationChannel, Participant } from "../domain/Conversation.js"
+import type { ActivityId } from "../domain/Activity.js"
+import { ChannelId } from "../domain/Channel.js"
+import { Conversation, ConversationChannel, ConversationId, Participant } from "../domain/Conversation.js"
+import { TenantId } from "../domain/Tenant.js"
 
 const Row = Schema.Struct({
-  id: Schema.String,
+  id: ConversationId,
   status: Schema.Literal("active", "closed"),
   metadata: Schema.Record({ key: Schema.String, value: Schema.Unknown }),
-  channel_id: Schema.String,
-  origin_channel_id: Schema.String,
-  tenant_id: Schema.String,
+  channel_id: ChannelId,
+  origin_channel_id: ChannelId,
+  tenant_id: TenantId,
   participant_id: Schema.NullOr(Schema.String),
   inserted_at: Schema.String,
   updated_at: Schema.String,
@@ -51,9 +54,9 @@ const SELECT = `
 
 /** Filters of `GET /conversations`. */
 export interface ListFilter {
-  readonly tenantId: string
+  readonly tenantId: TenantId
   readonly status: "active" | "closed" | null
-  readonly channelId: string | null
+  readonly channelId: ChannelId | null
   readonly externalId: string | null
   /** Keyset position: (inserted_at, id) of the last row of the previous page. */
   readonly after: readonly [string, string] | null
@@ -67,13 +70,13 @@ export class ConversationRepo extends Effect.Service<ConversationRepo>()("parley
     const parents = yield* ParentRows
 
     const findRow = SqlSchema.findOne({
-      Request: Schema.Struct({ tenantId: Schema.String, id: Schema.String }),
+      Request: Schema.Struct({ tenantId: TenantId, id: ConversationId }),
       Result: Row,
       execute: ({ id, tenantId }) => sql`${sql.literal(SELECT)} WHERE c.id = ${id} AND c.tenant_id = ${tenantId}`
     })
 
     const channelsOf = SqlSchema.findAll({
-      Request: Schema.String,
+      Request: ConversationId,
       Result: ConversationChannel,
       execute: (id) =>
         sql`SELECT channel_id, role, participant_id, inserted_at FROM conversation_channels
@@ -81,7 +84,7 @@ export class ConversationRepo extends Effect.Service<ConversationRepo>()("parley
     })
 
     /** The conversation with its participant, and with `channels` when asked. */
-    const find = (tenantId: string, id: string, options: { readonly participant: boolean; readonly channels: boolean }) =>
+    const find = (tenantId: TenantId, id: ConversationId, options: { readonly participant: boolean; readonly channels: boolean }) =>
       findRow({ tenantId, id }).pipe(
         Effect.flatMap(Option.match({
           onNone: () => Effect.succeedNone,
@@ -119,8 +122,8 @@ export class ConversationRepo extends Effect.Service<ConversationRepo>()("parley
      * channel must exist (404) and be active (400 `channel_inactive`) when the conversation commits.
      */
     const create = (input: {
-      readonly tenantId: string
-      readonly channelId: string
+      readonly tenantId: TenantId
+      readonly channelId: ChannelId
       readonly status: "active" | "closed"
       readonly metadata: Record<string, unknown>
     }) =>
@@ -129,7 +132,7 @@ export class ConversationRepo extends Effect.Service<ConversationRepo>()("parley
         if (status !== "active") {
           return yield* new ChannelInactive({ message: `channel ${input.channelId} is inactive` })
         }
-        const id = crypto.randomUUID()
+        const id = ConversationId.to.make(crypto.randomUUID())
         yield* sql`
           INSERT INTO conversations (id, tenant_id, channel_id, origin_channel_id, status, metadata, closed_at)
           VALUES (${id}, ${input.tenantId}, ${input.channelId}, ${input.channelId}, ${input.status},
@@ -150,14 +153,14 @@ export class ConversationRepo extends Effect.Service<ConversationRepo>()("parley
     })
     // Scoped to the tenant: another tenant's activity is as unknown as a missing one.
     const findTarget = SqlSchema.findOne({
-      Request: Schema.Struct({ tenantId: Schema.String, id: Schema.String }),
+      Request: Schema.Struct({ tenantId: TenantId, id: Schema.String }),
       Result: TargetRow,
       execute: ({ id, tenantId }) => sql`SELECT conversation_id, type, sender, deleted_at IS NOT NULL AS deleted FROM activities WHERE id = ${id} AND tenant_id = ${tenantId}`
     })
 
     const SeqRow = Schema.Struct({ seq: Schema.NumberFromString })
     const findSeq = SqlSchema.findOne({
-      Request: Schema.Struct({ conversationId: Schema.String, id: Schema.String }),
+      Request: Schema.Struct({ conversationId: ConversationId, id: Schema.String }),
       Result: SeqRow,
       execute: ({ conversationId, id }) =>
         sql`SELECT seq FROM activities WHERE conversation_id = ${conversationId} AND id = ${id}`
@@ -168,9 +171,9 @@ export class ConversationRepo extends Effect.Service<ConversationRepo>()("parley
       list,
       create,
       /** The conversation and sender of a tenant's activity, for `reply_to_id` rules. */
-      findTarget: (tenantId: string, id: string) => findTarget({ tenantId, id }),
+      findTarget: (tenantId: TenantId, id: ActivityId) => findTarget({ tenantId, id }),
       /** The seq of an activity of the conversation (legacy watermark form). */
-      seqOf: (conversationId: string, id: string) => Effect.map(findSeq({ conversationId, id }), Option.map((r) => r.seq))
+      seqOf: (conversationId: ConversationId, id: ActivityId) => Effect.map(findSeq({ conversationId, id }), Option.map((r) => r.seq))
     } as const
   }),
   dependencies: [ParentRows.Default]

@@ -1,13 +1,16 @@
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Schema } from "effect"
+import { ChannelId } from "../domain/Channel.js"
+import { ConversationId } from "../domain/Conversation.js"
+import { TenantId } from "../domain/Tenant.js"
 
 /** What the conversation entity needs to know to accept appends. */
 export const ConversationState = Schema.Struct({
-  tenant_id: Schema.String,
+  tenant_id: TenantId,
   status: Schema.Literal("active", "closed"),
   head_seq: Schema.NumberFromString,
   updated_at: Schema.String,
-  origin_channel_id: Schema.String
+  origin_channel_id: ChannelId
 })
 export type ConversationState = typeof ConversationState.Type
 
@@ -16,7 +19,7 @@ export class ConversationStateRepo extends Effect.Service<ConversationStateRepo>
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const load = SqlSchema.findOne({
-      Request: Schema.String,
+      Request: ConversationId,
       Result: ConversationState,
       execute: (id) =>
         sql`SELECT c.tenant_id, c.status, c.head_seq, c.updated_at, c.origin_channel_id

@@ -12,6 +12,9 @@ import {
   OutcomeUnknown,
   Unavailable
 } from "../domain/ApiError.js"
+import type { ChannelId } from "../domain/Channel.js"
+import type { ConversationId } from "../domain/Conversation.js"
+import type { TenantId } from "../domain/Tenant.js"
 import { decodeWatermark } from "../domain/Watermark.js"
 import {
   type ActivityInput,
@@ -89,7 +92,7 @@ const lookUpSettled = <A, E>(deadline: number, lookUp: Effect.Effect<A, E>) =>
 /** The pause before an append whose owner let go of its shard is sent again. */
 const MOVED_RESEND_MS = 250
 
-const notFound = (id: string) => new NotFound({ message: `conversation ${id} not found` })
+const notFound = (id: ConversationId) => new NotFound({ message: `conversation ${id} not found` })
 
 /**
  * An API key the append's write checks is still valid (ADR 0015), for a caller that took it from
@@ -102,8 +105,8 @@ export interface KeyCheck {
 
 /** What a caller may reach: a tenant's conversations, or only one channel's (a channel token). */
 export interface ConversationScope {
-  readonly tenantId: string
-  readonly channelId: string | null
+  readonly tenantId: TenantId
+  readonly channelId: ChannelId | null
 }
 
 /** A page of activities and the watermark to continue from. */
@@ -127,7 +130,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
      * unknown: 502, not a 503.
      */
     const settleUnanswered = (
-      conversationId: string,
+      conversationId: ConversationId,
       request: AppendRequest,
       notStored: () => Unavailable
     ): Effect.Effect<Activity, Unavailable | OutcomeUnknown> =>
@@ -174,8 +177,8 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
      * in it a 503 that holds (nothing was stored). No answer in time: 502, not a 503.
      */
     const settleStatus = (
-      tenantId: string,
-      conversationId: string,
+      tenantId: TenantId,
+      conversationId: ConversationId,
       status: "active" | "closed",
       deadline: number,
       notStored: () => Unavailable
@@ -199,7 +202,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
      * core reports moved meanwhile, go through the cluster. The answer is awaited until
      * `ANSWER_TIMEOUT_MS` after the request arrived (`arrivedAt`), however long it took to get here.
      */
-    const appendTo = (conversationId: string, request: AppendRequest, arrivedAt: number) => {
+    const appendTo = (conversationId: ConversationId, request: AppendRequest, arrivedAt: number) => {
       const answerWithinMs = () => Math.max(0, arrivedAt + ANSWER_TIMEOUT_MS - Date.now())
       // Built only when taken: most appends go to a local core. A call made anew for each sending.
       const viaCluster = Effect.suspend(() =>
@@ -232,7 +235,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
     }
 
     /** The conversation if it is within the caller's reach; 404 otherwise, as for a missing one. */
-    const get = (scope: ConversationScope, id: string, options: { readonly channels: boolean }) =>
+    const get = (scope: ConversationScope, id: ConversationId, options: { readonly channels: boolean }) =>
       repo.find(scope.tenantId, id, { participant: true, channels: options.channels }).pipe(
         orUnavailable,
         Effect.flatMap(Option.match({
@@ -254,8 +257,8 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
      * deletion is the answer (a retry), as it would have been.
      */
     const checkTarget = (
-      tenantId: string,
-      conversationId: string,
+      tenantId: TenantId,
+      conversationId: ConversationId,
       checked: CheckedActivity,
       key: string | null
     ): Effect.Effect<Option.Option<Activity>, InvalidMessage | BadRequest | Unavailable> => {
@@ -291,11 +294,11 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
      */
     const append = (
       scope: ConversationScope,
-      conversationId: string,
+      conversationId: ConversationId,
       input: ActivityInput,
       options: {
         readonly idempotencyKey: string | null
-        readonly sourceChannelId: string | null
+        readonly sourceChannelId: ChannelId | null
         readonly arrivedAt: number
         readonly keyCheck?: KeyCheck | undefined
       }
@@ -309,8 +312,6 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
         if (key !== null && (key.length === 0 || key.length > 255)) {
           return Effect.fail(new BadRequest({ message: "x-idempotency-key must be 1 to 255 characters" }))
         }
-        // One entity per conversation, however the caller spelled its id.
-        const id = conversationId.toLowerCase()
         const check = options.keyCheck
         // Field by field: a spread with fields added takes V8's slow path.
         const draft: ActivityDraft = {
@@ -327,8 +328,8 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
           source_channel_id: options.sourceChannelId
         }
         const request = { tenantId: scope.tenantId, draft, deadline: options.arrivedAt + WRITE_DEADLINE_MS, keyCheck: check?.keyId ?? null }
-        const write = appendTo(id, request, options.arrivedAt)
-        return checked.reply_to_id === null ? write : checkTarget(scope.tenantId, id, checked, key).pipe(
+        const write = appendTo(conversationId, request, options.arrivedAt)
+        return checked.reply_to_id === null ? write : checkTarget(scope.tenantId, conversationId, checked, key).pipe(
           Effect.flatMap(Option.match({ onNone: () => write, onSome: Effect.succeed }))
         )
       })
@@ -342,18 +343,17 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
      * The activity stored under an idempotency key in a conversation within the caller's reach:
      * a retry refused for another reason (a rate limit) still gets the append it repeats.
      */
-    const storedUnderKey = (scope: ConversationScope, conversationId: string, key: string) =>
+    const storedUnderKey = (scope: ConversationScope, conversationId: ConversationId, key: string) =>
       get(scope, conversationId, { channels: false }).pipe(
-        Effect.zipRight(store.findExisting(scope.tenantId, conversationId.toLowerCase(), [], [key]).pipe(orUnavailable)),
+        Effect.zipRight(store.findExisting(scope.tenantId, conversationId, [], [key]).pipe(orUnavailable)),
         Effect.map((found) => Option.fromNullable<Activity>(found[0])),
         Effect.catchTag("NotFound", () => Effect.succeed(Option.none<Activity>()))
       )
 
     /** Closes or reopens; idempotent. Returns the conversation as it is afterwards. */
-    const setStatus = (scope: ConversationScope, id: string, status: "active" | "closed") =>
+    const setStatus = (scope: ConversationScope, conversationId: ConversationId, status: "active" | "closed") =>
       Effect.gen(function*() {
-        yield* get(scope, id, { channels: false })
-        const conversationId = id.toLowerCase()
+        yield* get(scope, conversationId, { channels: false })
         const deadline = Date.now() + WRITE_DEADLINE_MS
         // A change left without its answer may have committed: a 503 would say it did not.
         yield* writeThroughCluster(
@@ -361,7 +361,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
           ANSWER_TIMEOUT_MS,
           (notStored) => settleStatus(scope.tenantId, conversationId, status, deadline, notStored)
         )
-        const after = yield* get(scope, id, { channels: false })
+        const after = yield* get(scope, conversationId, { channels: false })
         return { ...after, participant: null }
       })
 
@@ -369,7 +369,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
      * A page of activities after a watermark, oldest first. An empty page echoes the position sent.
      * Malformed watermarks are 400 `invalid_watermark`.
      */
-    const activities = (scope: ConversationScope, id: string, watermark: string | undefined, limit: number) =>
+    const activities = (scope: ConversationScope, id: ConversationId, watermark: string | undefined, limit: number) =>
       Effect.gen(function*() {
         yield* get(scope, id, { channels: false })
         let after = 0

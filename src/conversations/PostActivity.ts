@@ -1,5 +1,6 @@
 import { Effect, Option } from "effect"
 import { type TenantCredential, withScope } from "../auth/TenantCredential.js"
+import type { ConversationId } from "../domain/Conversation.js"
 import type { RateLimiter } from "../ratelimit/RateLimiter.js"
 import type { ActivityInput } from "./ActivityRules.js"
 import type { Conversations, KeyCheck } from "./Conversations.js"
@@ -13,7 +14,7 @@ import type { Conversations, KeyCheck } from "./Conversations.js"
 export const postActivity = (conversations: Conversations, limiter: RateLimiter) =>
 (
   credential: TenantCredential,
-  conversationId: string,
+  conversationId: ConversationId,
   payload: ActivityInput,
   idempotencyKey: string | undefined,
   arrivedAt: number,

@@ -4,6 +4,7 @@ import { clusterUnavailable, ConversationClosed, databaseUnavailable, InvalidMes
 import { DELETED_TARGET, refusedOnDeletedTarget } from "./ActivityRules.js"
 import type { PlannedDelivery } from "../delivery/DeliveryRows.js"
 import { MAX_STATEMENT_JSON } from "./ActivityWriter.js"
+import type { TenantId } from "../domain/Tenant.js"
 import type { ConversationState } from "./ConversationState.js"
 
 /**
@@ -13,7 +14,7 @@ import type { ConversationState } from "./ConversationState.js"
  */
 export interface AppendCommand {
   readonly _tag: "Append"
-  readonly tenantId: string
+  readonly tenantId: TenantId
   readonly draft: ActivityDraft
   readonly deadline: number
   readonly keyCheck?: string | null | undefined
@@ -24,7 +25,7 @@ export interface AppendCommand {
 export interface StatusCommand {
   readonly _tag: "SetStatus"
   readonly arrivedLate: boolean
-  readonly tenantId: string
+  readonly tenantId: TenantId
   readonly status: "active" | "closed"
   readonly reason: "manual" | "expired"
   readonly idleSince: string | null

@@ -2,14 +2,15 @@ import { SqlClient, SqlSchema } from "@effect/sql"
 import { Data, Effect, Option, Schema } from "effect"
 import type { Actor } from "../auth/Actor.js"
 import { NotFound } from "../domain/ApiError.js"
-import { ChannelStatus } from "../domain/Channel.js"
+import { ChannelId, ChannelStatus } from "../domain/Channel.js"
+import { TenantId } from "../domain/Tenant.js"
 
 /**
  * The tenant a create was about to write for no longer exists (deleted after the request was
  * authenticated), or, for a change made with the tenant's own key, was deactivated meanwhile, which
  * blocks its keys. Internal: each API answers it as it answers a request for such a tenant.
  */
-export class TenantGone extends Data.TaggedError("TenantGone")<{ readonly tenantId: string }> {}
+export class TenantGone extends Data.TaggedError("TenantGone")<{ readonly tenantId: TenantId }> {}
 
 /**
  * Locks the parent row a create is about to reference, inside the create's transaction, before the
@@ -25,13 +26,13 @@ export class ParentRows extends Effect.Service<ParentRows>()("parley/ParentRows"
     const sql = yield* SqlClient.SqlClient
 
     const findTenant = SqlSchema.findOne({
-      Request: Schema.String,
+      Request: TenantId,
       Result: Schema.Struct({ status: Schema.String }),
       execute: (id) => sql`SELECT status FROM tenants WHERE id = ${id} FOR KEY SHARE`
     })
 
     const findChannel = SqlSchema.findOne({
-      Request: Schema.Struct({ tenantId: Schema.String, channelId: Schema.String, lock: Schema.Boolean }),
+      Request: Schema.Struct({ tenantId: TenantId, channelId: ChannelId, lock: Schema.Boolean }),
       Result: Schema.Struct({ status: ChannelStatus }),
       // Only the channel's row: a tenant delete reaches it through the cascade, and also locking the
       // tenant's row here would take the two locks in the opposite order to that delete (deadlock).
@@ -40,7 +41,7 @@ export class ParentRows extends Effect.Service<ParentRows>()("parley/ParentRows"
             ${sql.literal(lock ? "FOR KEY SHARE" : "")}`
     })
 
-    const channelStatus = (tenantId: string, channelId: string, lock: boolean) =>
+    const channelStatus = (tenantId: TenantId, channelId: ChannelId, lock: boolean) =>
       findChannel({ tenantId, channelId, lock }).pipe(
         Effect.flatMap(Option.match({
           onNone: () => Effect.fail(new NotFound({ message: `channel ${channelId} not found` })),
@@ -52,7 +53,7 @@ export class ParentRows extends Effect.Service<ParentRows>()("parley/ParentRows"
      * Locks the tenant's row until the transaction ends. `TenantGone` when there is none, or when
      * `actor` is the tenant's own key and the tenant is inactive (the operator may still act on it).
      */
-    const lockTenant = (tenantId: string, actor: Actor) =>
+    const lockTenant = (tenantId: TenantId, actor: Actor) =>
       findTenant(tenantId).pipe(
         Effect.flatMap(Option.match({
           onNone: () => Effect.fail(new TenantGone({ tenantId })),
@@ -65,13 +66,13 @@ export class ParentRows extends Effect.Service<ParentRows>()("parley/ParentRows"
      * Locks the tenant's channel's row until the transaction ends and returns its status; 404 when
      * the tenant has no such channel.
      */
-    const lockChannel = (tenantId: string, channelId: string) => channelStatus(tenantId, channelId, true)
+    const lockChannel = (tenantId: TenantId, channelId: ChannelId) => channelStatus(tenantId, channelId, true)
 
     /**
      * The tenant's channel's status as it is now, without a lock: for a read, which neither waits
      * behind a write of the channel nor marks its row; 404 when the tenant has no such channel.
      */
-    const readChannel = (tenantId: string, channelId: string) => channelStatus(tenantId, channelId, false)
+    const readChannel = (tenantId: TenantId, channelId: ChannelId) => channelStatus(tenantId, channelId, false)
 
     return { lockTenant, lockChannel, readChannel } as const
   })

@@ -1,4 +1,11 @@
 import { Schema, Struct } from "effect"
+import { LowerCaseUuid, uuidBrander } from "./Uuid.js"
+
+/** An activity's id, lower-case whatever case it was sent in. */
+export const ActivityId = LowerCaseUuid("ActivityId")
+export type ActivityId = typeof ActivityId.Type
+/** An activity id from text already matched as a UUID (activity rules, watermarks). */
+export const activityIdOf = uuidBrander<ActivityId>()
 
 /** Every activity type a client may post; `deliveryReceipt` is internal and refused. */
 export const ActivityType = Schema.Literal(

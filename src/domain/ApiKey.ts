@@ -1,4 +1,5 @@
 import { Schema } from "effect"
+import { TenantId } from "./Tenant.js"
 
 export const Scope = Schema.Literal("read", "write", "manage")
 export type Scope = typeof Scope.Type
@@ -7,7 +8,7 @@ export const allScopes: ReadonlyArray<Scope> = ["read", "write", "manage"]
 /** A scoped API key as the APIs show it; `key` only in the create response. */
 export class ApiKey extends Schema.Class<ApiKey>("ApiKey")({
   id: Schema.UUID,
-  tenant_id: Schema.UUID,
+  tenant_id: TenantId,
   name: Schema.String,
   prefix: Schema.String,
   scopes: Schema.Array(Scope),
@@ -22,7 +23,7 @@ export class ApiKey extends Schema.Class<ApiKey>("ApiKey")({
 /** The key a request was authenticated with. */
 export interface AuthenticatedKey {
   readonly id: string
-  readonly tenantId: string
+  readonly tenantId: TenantId
   readonly kind: "primary" | "scoped"
   readonly scopes: ReadonlyArray<Scope>
 }

@@ -1,5 +1,11 @@
 import { Schema } from "effect"
 import { Window } from "./RateLimit.js"
+import { TenantId } from "./Tenant.js"
+import { LowerCaseUuid } from "./Uuid.js"
+
+/** A channel's id, lower-case whatever case it was sent in. */
+export const ChannelId = LowerCaseUuid("ChannelId")
+export type ChannelId = typeof ChannelId.Type
 
 /** Channel types of CONTRACT.md §4 (`webhook` is the default). */
 export const ChannelType = Schema.Literal("webhook", "websocket", "http_pull", "echo", "email", "meta_messaging", "nats")
@@ -91,8 +97,8 @@ export const CHANNEL_LIST_LIMIT = 1000
 
 /** A channel as the management API shows it: credential-like config values are `[REDACTED]`. */
 export class Channel extends Schema.Class<Channel>("Channel")({
-  id: Schema.UUID,
-  tenant_id: Schema.UUID,
+  id: ChannelId,
+  tenant_id: TenantId,
   name: Schema.String,
   type: ChannelType,
   mode: ChannelMode,

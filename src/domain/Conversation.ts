@@ -1,4 +1,13 @@
 import { Schema } from "effect"
+import { ChannelId } from "./Channel.js"
+import { TenantId } from "./Tenant.js"
+import { LowerCaseUuid, uuidBrander } from "./Uuid.js"
+
+/** A conversation's id, lower-case whatever case it was sent in. */
+export const ConversationId = LowerCaseUuid("ConversationId")
+export type ConversationId = typeof ConversationId.Type
+/** A conversation id from text already matched as a UUID (the append route, entity addresses). */
+export const conversationIdOf = uuidBrander<ConversationId>()
 
 const JsonObject = Schema.Record({ key: Schema.String, value: Schema.Unknown })
 
@@ -12,7 +21,7 @@ export class Participant extends Schema.Class<Participant>("Participant")({
 
 /** A channel a conversation is linked to (`channels` of `GET /conversations/:id`). */
 export class ConversationChannel extends Schema.Class<ConversationChannel>("ConversationChannel")({
-  channel_id: Schema.UUID,
+  channel_id: ChannelId,
   role: Schema.Literal("origin", "target", "member"),
   participant_id: Schema.NullOr(Schema.UUID),
   inserted_at: Schema.String
@@ -20,12 +29,12 @@ export class ConversationChannel extends Schema.Class<ConversationChannel>("Conv
 
 /** A conversation as the tenant API shows it; `channels` only on get. */
 export class Conversation extends Schema.Class<Conversation>("Conversation")({
-  id: Schema.UUID,
+  id: ConversationId,
   status: Schema.Literal("active", "closed"),
   metadata: JsonObject,
-  channel_id: Schema.UUID,
-  origin_channel_id: Schema.UUID,
-  tenant_id: Schema.UUID,
+  channel_id: ChannelId,
+  origin_channel_id: ChannelId,
+  tenant_id: TenantId,
   participant_id: Schema.NullOr(Schema.UUID),
   participant: Schema.NullOr(Participant),
   channels: Schema.optional(Schema.Array(ConversationChannel)),

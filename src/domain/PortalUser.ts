@@ -1,4 +1,5 @@
 import { Schema } from "effect"
+import { TenantId } from "./Tenant.js"
 
 export const UserRole = Schema.Literal("owner", "admin", "member", "viewer")
 export type UserRole = typeof UserRole.Type
@@ -8,7 +9,7 @@ export type UserStatus = typeof UserStatus.Type
 /** A portal user as the management API shows it; the password hash and TOTP secret never. */
 export class PortalUser extends Schema.Class<PortalUser>("PortalUser")({
   id: Schema.UUID,
-  tenant_id: Schema.UUID,
+  tenant_id: TenantId,
   email: Schema.String,
   name: Schema.NullOr(Schema.String),
   role: UserRole,

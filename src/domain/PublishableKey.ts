@@ -1,4 +1,5 @@
 import { Option, Schema } from "effect"
+import { ChannelId } from "./Channel.js"
 
 /** A disabled key is refused when exchanged for a token. */
 export const PublishableKeyStatus = Schema.Literal("active", "disabled")
@@ -7,7 +8,7 @@ export type PublishableKeyStatus = typeof PublishableKeyStatus.Type
 /** A publishable key as the management API shows it (CONTRACT.md §3); `key` only once. */
 export class PublishableKey extends Schema.Class<PublishableKey>("PublishableKey")({
   id: Schema.UUID,
-  channel_id: Schema.UUID,
+  channel_id: ChannelId,
   name: Schema.String,
   prefix: Schema.String,
   allowed_origins: Schema.Array(Schema.String),

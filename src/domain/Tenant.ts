@@ -1,12 +1,17 @@
 import { Schema } from "effect"
 import { TenantLimits } from "./RateLimit.js"
+import { LowerCaseUuid } from "./Uuid.js"
+
+/** A tenant's id, lower-case whatever case it was sent in. */
+export const TenantId = LowerCaseUuid("TenantId")
+export type TenantId = typeof TenantId.Type
 
 export const TenantStatus = Schema.Literal("active", "inactive")
 export const TenantTier = Schema.Literal("high", "default", "bulk")
 
 /** A tenant as the admin API and `GET /manage/settings` show it (key hashes never). */
 export class Tenant extends Schema.Class<Tenant>("Tenant")({
-  id: Schema.UUID,
+  id: TenantId,
   name: Schema.String,
   status: TenantStatus,
   tier: TenantTier,

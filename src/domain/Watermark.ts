@@ -1,11 +1,12 @@
 import { Data, Either } from "effect"
+import { type ActivityId, activityIdOf } from "./Activity.js"
 import { decodeExactBase64Url } from "./Base64.js"
 import { isUuid } from "./Uuid.js"
 
 /** A decoded watermark: a seq, or (legacy form) the id of the last activity seen. */
 export type Position = Data.TaggedEnum<{
   Seq: { readonly seq: number }
-  ActivityId: { readonly id: string }
+  ActivityId: { readonly id: ActivityId }
 }>
 export const Position = Data.taggedEnum<Position>()
 
@@ -40,7 +41,7 @@ export const decodeWatermark = (input: unknown): Either.Either<Position, string>
     const seq = decoded.startsWith("seq:") ? seqOf(decoded.slice(4)) : undefined
     if (seq !== undefined) return Either.right(Position.Seq({ seq }))
     const legacy = /^(?:activity:)?([0-9a-fA-F-]{36})$/.exec(decoded)
-    if (legacy !== null && isUuid(legacy[1]!)) return Either.right(Position.ActivityId({ id: legacy[1]!.toLowerCase() }))
+    if (legacy !== null && isUuid(legacy[1]!)) return Either.right(Position.ActivityId({ id: activityIdOf(legacy[1]!) }))
   }
   return Either.left("malformed watermark")
 }

@@ -4,13 +4,13 @@ import * as HttpApiSchema from "@effect/platform/HttpApiSchema"
 import { Schema } from "effect"
 import { InsufficientScope, NotFound, PreconditionFailed, Unavailable, ValidationFailed } from "../domain/ApiError.js"
 import { ApiKey, ApiKeyInput } from "../domain/ApiKey.js"
-import { Tenant, TenantInput } from "../domain/Tenant.js"
+import { Tenant, TenantId, TenantInput } from "../domain/Tenant.js"
 import { AdminAuth } from "./AdminAuth.js"
 import { envelope } from "./ErrorEnvelope.js"
 
-const TenantPath = Schema.Struct({ id: Schema.UUID })
-const TenantKeysPath = Schema.Struct({ tenant_id: Schema.UUID })
-const TenantKeyPath = Schema.Struct({ tenant_id: Schema.UUID, id: Schema.UUID })
+const TenantPath = Schema.Struct({ id: TenantId })
+const TenantKeysPath = Schema.Struct({ tenant_id: TenantId })
+const TenantKeyPath = Schema.Struct({ tenant_id: TenantId, id: Schema.UUID })
 /** `If-Match` of PUT, PATCH and DELETE. */
 export const IfMatchHeaders = Schema.Struct({ "if-match": Schema.optional(Schema.String) })
 

@@ -1,6 +1,7 @@
 import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Effect, Option } from "effect"
 import { CurrentActor } from "../auth/Actor.js"
+import type { TenantId } from "../domain/Tenant.js"
 import { ApiKeys } from "../tenants/ApiKeys.js"
 import { tenantNotFound, Tenants } from "../tenants/Tenants.js"
 import { withETag } from "./ETag.js"
@@ -11,7 +12,7 @@ export const AdminHandlers = HttpApiBuilder.group(ParleyApi, "admin", (handlers)
     const tenants = yield* Tenants
     const apiKeys = yield* ApiKeys
     const update = ({ headers, path, payload }: {
-      readonly path: { readonly id: string }
+      readonly path: { readonly id: TenantId }
       readonly headers: { readonly "if-match"?: string | undefined }
       readonly payload: { readonly tenant: Parameters<typeof tenants.update>[1] }
     }) =>

@@ -6,6 +6,7 @@ import { Conversations, type KeyCheck } from "../conversations/Conversations.js"
 import { postActivity } from "../conversations/PostActivity.js"
 import type { Activity } from "../domain/Activity.js"
 import { BadRequest, OutcomeUnknown } from "../domain/ApiError.js"
+import { type ConversationId, conversationIdOf } from "../domain/Conversation.js"
 import { Lifecycle } from "../ops/Lifecycle.js"
 import { RateLimiter } from "../ratelimit/RateLimiter.js"
 import { ApiKeys } from "../tenants/ApiKeys.js"
@@ -54,7 +55,7 @@ const aboutOwnWrite = (cause: Cause.Cause<unknown>) =>
   Option.exists(Cause.failureOption(cause), (error) => error instanceof OutcomeUnknown)
 
 /** The conversation id when the request is one this route answers exactly as the router would. */
-const claimable = (request: AbandonableRequest): string | undefined => {
+const claimable = (request: AbandonableRequest): ConversationId | undefined => {
   if (request.method !== "POST") return undefined
   const headers = request.headers
   // Channel tokens (deprecated: the router marks every answer to one) and unusual requests take
@@ -65,7 +66,8 @@ const claimable = (request: AbandonableRequest): string | undefined => {
   if (Number(headers["content-length"] ?? "0") > MAX_JSON_BODY_BYTES) return undefined
   const url = request.url ?? ""
   const query = url.indexOf("?")
-  return PATH.exec(query === -1 ? url : url.slice(0, query))?.[1]
+  const id = PATH.exec(query === -1 ? url : url.slice(0, query))?.[1]
+  return id === undefined ? undefined : conversationIdOf(id)
 }
 
 /**
@@ -118,7 +120,7 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
           aboutOwnWrite(cause) ? answerForCause(cause, requestId) : answerFor(Effect.zipRight(lookUp(), Effect.failCause(cause)), requestId)
       })
 
-    const answer = (request: AbandonableRequest, conversationId: string, text: string, requestId: string, arrivedAt: number) =>
+    const answer = (request: AbandonableRequest, conversationId: ConversationId, text: string, requestId: string, arrivedAt: number) =>
       Effect.suspend((): Effect.Effect<Answer> => {
         const rawKey = header(request, "x-api-key")
         const appendAs = (credential: TenantCredential, keyCheck?: KeyCheck) => {
@@ -146,7 +148,7 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
       return record(requestId, "POST", TEMPLATE, result.status, started)
     }
 
-    const serve = (request: AbandonableRequest, response: ServerResponse, conversationId: string, text: string) => {
+    const serve = (request: AbandonableRequest, response: ServerResponse, conversationId: ConversationId, text: string) => {
       const started = performance.now()
       // The request has arrived once its body has: a slow upload is not the write's time.
       const arrivedAt = Date.now()

@@ -3,13 +3,13 @@ import * as HttpApiGroup from "@effect/platform/HttpApiGroup"
 import * as HttpApiSchema from "@effect/platform/HttpApiSchema"
 import { Schema } from "effect"
 import { Conflict } from "../domain/ApiError.js"
-import { Channel, ChannelInput, ChannelWithSecret } from "../domain/Channel.js"
+import { Channel, ChannelId, ChannelInput, ChannelWithSecret } from "../domain/Channel.js"
 import { IfMatchHeaders } from "./AdminApi.js"
 import { envelope } from "./ErrorEnvelope.js"
 import { manageGroup } from "./ManageApi.js"
 
 /** `/channels/:id`; a malformed id is 400. */
-export const ChannelPath = Schema.Struct({ id: Schema.UUID })
+export const ChannelPath = Schema.Struct({ id: ChannelId })
 const ChannelBody = Schema.Struct({ channel: ChannelInput })
 
 const update = <const Name extends string>(endpoint: HttpApiEndpoint.HttpApiEndpoint<Name, "PUT" | "PATCH">) =>

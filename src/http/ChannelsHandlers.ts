@@ -1,7 +1,7 @@
 import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Effect, Option } from "effect"
 import { Channels, type IssuedChannelSecret } from "../channels/Channels.js"
-import type { ChannelInput } from "../domain/Channel.js"
+import type { ChannelId, ChannelInput } from "../domain/Channel.js"
 import { CurrentCredential, keyGoneWithTenant } from "./TenantAuth.js"
 import { withETag } from "./ETag.js"
 import { ParleyApi } from "./ParleyApi.js"
@@ -14,7 +14,7 @@ export const ChannelsHandlers = HttpApiBuilder.group(ParleyApi, "channels", (han
   Effect.gen(function*() {
     const channels = yield* Channels
     const update = ({ headers, path, payload }: {
-      readonly path: { readonly id: string }
+      readonly path: { readonly id: ChannelId }
       readonly headers: { readonly "if-match"?: string | undefined }
       readonly payload: { readonly channel: ChannelInput }
     }) =>

@@ -13,11 +13,11 @@ import {
   RateLimited,
   Unavailable
 } from "../domain/ApiError.js"
-import { Conversation } from "../domain/Conversation.js"
+import { Conversation, ConversationId } from "../domain/Conversation.js"
 import { TenantAuth, TenantKeyAuth } from "./TenantAuth.js"
 import { envelope } from "./ErrorEnvelope.js"
 
-const ConversationPath = Schema.Struct({ id: Schema.UUID })
+const ConversationPath = Schema.Struct({ id: ConversationId })
 
 /** Every field is checked by the activity rules, so wrong types are 422 `invalid_message`. */
 export const ActivityBody = Schema.Struct({

@@ -3,11 +3,13 @@ import { Effect } from "effect"
 import { Conversations } from "../conversations/Conversations.js"
 import { postActivity } from "../conversations/PostActivity.js"
 import { BadRequest } from "../domain/ApiError.js"
+import { ChannelId } from "../domain/Channel.js"
+import type { ConversationId } from "../domain/Conversation.js"
 import { isOpaqueWatermark } from "../domain/Watermark.js"
 import { RateLimiter } from "../ratelimit/RateLimiter.js"
 import { DeprecationWarnings } from "./DeprecationWarnings.js"
 import { CurrentCredential, markDeprecated, requireScope } from "./TenantAuth.js"
-import { decodeCursor, encodeCursor, parseLimit, parseUuid } from "./Paging.js"
+import { decodeCursor, encodeCursor, parseId, parseLimit } from "./Paging.js"
 import { ParleyApi } from "./ParleyApi.js"
 import { RequestArrival } from "./RequestId.js"
 
@@ -16,7 +18,7 @@ export const ConversationsHandlers = HttpApiBuilder.group(ParleyApi, "conversati
     const conversations = yield* Conversations
     const post = postActivity(conversations, yield* RateLimiter)
     const warnings = yield* DeprecationWarnings
-    const setStatus = (status: "active" | "closed") => ({ path }: { readonly path: { readonly id: string } }) =>
+    const setStatus = (status: "active" | "closed") => ({ path }: { readonly path: { readonly id: ConversationId } }) =>
       Effect.gen(function*() {
         const credential = yield* requireScope("write")
         return { data: yield* conversations.setStatus(credential, path.id, status) }
@@ -59,7 +61,7 @@ export const ConversationListHandlers = HttpApiBuilder.group(ParleyApi, "convers
         if (status !== null && status !== "active" && status !== "closed") {
           return yield* new BadRequest({ message: "status must be active or closed" })
         }
-        const channelId = urlParams.channel_id === undefined ? null : yield* parseUuid(urlParams.channel_id, "channel_id")
+        const channelId = urlParams.channel_id === undefined ? null : yield* parseId(ChannelId, urlParams.channel_id, "channel_id")
         const after = urlParams.cursor === undefined ? null : yield* decodeCursor(urlParams.cursor)
         const page = yield* conversations.list({
           tenantId: credential.tenantId,

@@ -9,6 +9,7 @@ import { AppConfig } from "../config/AppConfig.js"
 import { Conversations } from "../conversations/Conversations.js"
 import { BadRequest, ChannelInactive, Forbidden, Unauthorized } from "../domain/ApiError.js"
 import { Characters } from "../domain/Characters.js"
+import { ConversationId } from "../domain/Conversation.js"
 import { findUnstorable } from "../domain/Unstorable.js"
 import { RateLimiter } from "../ratelimit/RateLimiter.js"
 import { clientAddress } from "./ClientAddress.js"
@@ -23,7 +24,7 @@ export const legacyRoutes: ReadonlyArray<RouteSpec> = [
 ]
 
 const TokenRequest = Schema.Struct({
-  conversation_id: Schema.UUID,
+  conversation_id: ConversationId,
   user_id: Characters(1, 256)
 })
 

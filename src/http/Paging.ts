@@ -1,4 +1,4 @@
-import { Effect, Option } from "effect"
+import { Effect, Option, Schema } from "effect"
 import { BadRequest } from "../domain/ApiError.js"
 import { decodeExactBase64Url } from "../domain/Base64.js"
 import { parseInstant } from "../domain/Instant.js"
@@ -37,6 +37,6 @@ export const decodeCursor = (raw: string) =>
     )
   )
 
-/** 400 unless the value is a UUID. */
-export const parseUuid = (raw: string, name: string) =>
-  isUuid(raw) ? Effect.succeed(raw.toLowerCase()) : Effect.fail(new BadRequest({ message: `${name} must be a UUID` }))
+/** The id a query parameter names, decoded by `id` (a branded UUID); 400 unless it is a UUID. */
+export const parseId = <A>(id: Schema.Schema<A, string>, raw: string, name: string) =>
+  Schema.decode(id)(raw).pipe(Effect.mapError(() => new BadRequest({ message: `${name} must be a UUID` })))

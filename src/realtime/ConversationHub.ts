@@ -4,6 +4,7 @@ import { ConversationOwners } from "../conversations/ConversationOwners.js"
 import { inSeqOrder, livePubSub, type ReadAfter, storedBetween } from "../conversations/SeqFollower.js"
 import type { Activity } from "../domain/Activity.js"
 import { databaseUnavailable, type Unavailable } from "../domain/ApiError.js"
+import type { ConversationId } from "../domain/Conversation.js"
 import { JobRunner } from "../ops/JobRunner.js"
 
 const PAGE = 500
@@ -57,14 +58,14 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
     // id for all listeners, and keep that listener's fiber reachable while the topic lives.
     const forkInHub = Runtime.runFork(yield* Effect.runtime<never>())
     // Changed only under `lock`; read freely (the gap check copies it).
-    const topics = new Map<string, Topic>()
+    const topics = new Map<ConversationId, Topic>()
     const lock = yield* Effect.makeSemaphore(1)
 
-    const readOf = (conversationId: string): ReadAfter<unknown> => (after, limit) =>
+    const readOf = (conversationId: ConversationId): ReadAfter<unknown> => (after, limit) =>
       store.readAfter(conversationId, after, limit)
 
     /** Publishes stored activities above the topic's last seq (up to `below`, exclusive, if given). */
-    const fillFromTable = (conversationId: string, topic: Feed, below?: number) =>
+    const fillFromTable = (conversationId: ConversationId, topic: Feed, below?: number) =>
       Effect.flatMap(Ref.get(topic.last), (last) =>
         Stream.runForEach(storedBetween(readOf(conversationId), PAGE, last, below), (activity) => publishNext(topic, activity)))
 
@@ -81,7 +82,7 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
       )))
 
     /** Follows the entity's stream; after it ends or fails, catches up from the table and follows again. */
-    const upstream = (conversationId: string, topic: Feed) =>
+    const upstream = (conversationId: ConversationId, topic: Feed) =>
       Ref.get(topic.last).pipe(
         Effect.tap((fromSeq) => Ref.set(topic.announced, fromSeq)),
         Effect.flatMap((fromSeq) =>
@@ -121,7 +122,7 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
 
     // Interrupted when `scope` closes; interruptible although `open` runs as a stream's resource,
     // acquired uninterruptibly; started on the scheduler, as a fork would be.
-    const follow = (conversationId: string, topic: Feed, scope: Scope.Scope) =>
+    const follow = (conversationId: ConversationId, topic: Feed, scope: Scope.Scope) =>
       Effect.sync(() => forkInHub(upstream(conversationId, topic), { scope, immediate: false }))
 
     /**
@@ -129,7 +130,7 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
      * one is not awaited (stopping a call to an unreachable owner takes seconds); until it stops
      * both may publish, and `publishNext` publishes each seq once.
      */
-    const restart = (conversationId: string, topic: Topic) =>
+    const restart = (conversationId: ConversationId, topic: Topic) =>
       Effect.gen(function*() {
         yield* Fiber.interruptFork(topic.follower)
         // Into the topic's scope: a topic closed meanwhile interrupts it at once.
@@ -165,7 +166,7 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
     yield* jobs.every("check_hub_gaps", GAP_CHECK_EVERY, gapCheck)
 
     /** Starts the topic: `last` at `head`, its upstream forked into a scope of its own. */
-    const open = (conversationId: string, head: number) =>
+    const open = (conversationId: ConversationId, head: number) =>
       Effect.gen(function*() {
         const scope = yield* Scope.fork(hubScope, ExecutionStrategy.sequential)
         const pubsub = yield* livePubSub()
@@ -184,7 +185,7 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
      * the head a new topic starts from is read before taking it (again, if the topic closed
      * meanwhile), so subscribing does not queue behind a read of another conversation.
      */
-    const acquire = (conversationId: string): Effect.Effect<Topic, Effect.Effect.Error<ReturnType<typeof store.headOf>>> =>
+    const acquire = (conversationId: ConversationId): Effect.Effect<Topic, Effect.Effect.Error<ReturnType<typeof store.headOf>>> =>
       Effect.flatMap(
         Effect.suspend(() => topics.has(conversationId) ? Effect.succeed(undefined) : store.headOf(conversationId)),
         (head) =>
@@ -203,7 +204,7 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
      * silent database or an unreachable owner that takes seconds, which neither the lock nor the
      * leaving listener waits for.
      */
-    const release = (conversationId: string) =>
+    const release = (conversationId: ConversationId) =>
       lock.withPermits(1)(Effect.sync(() => {
         const topic = topics.get(conversationId)
         if (topic === undefined) return undefined
@@ -220,10 +221,8 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
      * Every activity of the conversation with seq above `fromSeq`, in order, without end: stored
      * ones first, then live ones as they are committed anywhere in the cluster.
      */
-    const subscribe = (id: string, fromSeq: number): Stream.Stream<Activity, Unavailable> =>
+    const subscribe = (conversationId: ConversationId, fromSeq: number): Stream.Stream<Activity, Unavailable> =>
       Stream.unwrapScoped(Effect.gen(function*() {
-        // One topic and one entity per conversation, however the caller spelled its id.
-        const conversationId = id.toLowerCase()
         const topic = yield* Effect.acquireRelease(acquire(conversationId), () => release(conversationId))
         const live = yield* PubSub.subscribe(topic.pubsub)
         const upTo = yield* Ref.get(topic.last)

@@ -13,6 +13,7 @@ import { inTransaction } from "../db/Transaction.js"
 import { InsufficientScope, NotFound } from "../domain/ApiError.js"
 import { ApiKey, type ApiKeyInput, type AuthenticatedKey, allScopes, Scope } from "../domain/ApiKey.js"
 import { parseInstant } from "../domain/Instant.js"
+import { TenantId } from "../domain/Tenant.js"
 import { Problems } from "../domain/Problems.js"
 
 const KEY_COLUMNS = "id, tenant_id, name, prefix, scopes, expires_at, last_used_at, revoked_at, created_by, inserted_at, updated_at"
@@ -20,7 +21,7 @@ const KEY_COLUMNS = "id, tenant_id, name, prefix, scopes, expires_at, last_used_
 const AuthRow = Schema.Struct({
   hash: Schema.String,
   id: Schema.String,
-  tenant_id: Schema.String,
+  tenant_id: TenantId,
   kind: Schema.Literal("primary", "scoped"),
   scopes: Schema.Array(Scope),
   stale: Schema.Boolean
@@ -142,7 +143,7 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
     }
 
     const listScoped = SqlSchema.findAll({
-      Request: Schema.String,
+      Request: TenantId,
       Result: ApiKey,
       execute: (tenantId) =>
         sql`SELECT ${sql.literal(KEY_COLUMNS)} FROM api_keys
@@ -150,7 +151,7 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
     })
 
     const findScoped = SqlSchema.findOne({
-      Request: Schema.Struct({ tenantId: Schema.String, id: Schema.String }),
+      Request: Schema.Struct({ tenantId: TenantId, id: Schema.String }),
       Result: ApiKey,
       execute: ({ id, tenantId }) =>
         sql`SELECT ${sql.literal(KEY_COLUMNS)} FROM api_keys
@@ -160,7 +161,7 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
     const insertKey = SqlSchema.single({
       Request: Schema.Struct({
         id: Schema.String,
-        tenantId: Schema.String,
+        tenantId: TenantId,
         kind: Schema.Literal("primary", "scoped"),
         name: Schema.String,
         prefix: Schema.String,
@@ -183,7 +184,7 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
 
     /** Stores a new key of the tenant and returns it with the raw key (shown once). */
     const create = (
-      tenantId: string,
+      tenantId: TenantId,
       kind: "primary" | "scoped",
       name: string,
       scopes: ReadonlyArray<Scope>,
@@ -220,7 +221,7 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
      * locks them, so that a revoke of any of them waits for the issue or the issue for the revoke.
      * Returns `expiresAt` capped at the issuer's expiry; `IssuerGone` when the issuer is not valid now.
      */
-    const lockIssuer = (tenantId: string, keyId: string, expiresAt: string | null) =>
+    const lockIssuer = (tenantId: TenantId, keyId: string, expiresAt: string | null) =>
       Effect.gen(function*() {
         const rows = yield* sql`
           WITH RECURSIVE chain AS (
@@ -241,7 +242,7 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
      * and none that outlives it: a later or no `expires_at` is capped at the issuer's. `TenantGone`
      * when the tenant was deleted meanwhile, `IssuerGone` when the issuer was revoked meanwhile.
      */
-    const issue = (tenantId: string, input: ApiKeyInput, issuer: KeyIssuer, actor: Actor) =>
+    const issue = (tenantId: TenantId, input: ApiKeyInput, issuer: KeyIssuer, actor: Actor) =>
       Effect.gen(function*() {
         const problems = new Problems()
         const name = problems.requiredName("name", input.name) ?? ""
@@ -272,10 +273,10 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
         )
       }).pipe(orUnavailable)
 
-    const list = (tenantId: string) =>
+    const list = (tenantId: TenantId) =>
       listScoped(tenantId).pipe(orUnavailable)
 
-    const get = (tenantId: string, id: string) =>
+    const get = (tenantId: TenantId, id: string) =>
       findScoped({ tenantId, id }).pipe(
         orUnavailable,
         Effect.flatMap(Option.match({ onNone: () => Effect.fail(notFound(id)), onSome: Effect.succeed }))
@@ -285,7 +286,7 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
      * Revokes at once, with every key it issued, and the keys they issued, in one statement; the keys
      * stay listed with `revoked_at`. Revoking a revoked key changes nothing (no write, no audit row).
      */
-    const revoke = (tenantId: string, id: string, actor: Actor) =>
+    const revoke = (tenantId: TenantId, id: string, actor: Actor) =>
       Effect.gen(function*() {
         // The row lock makes concurrent revocations of one key write (and audit) it once.
         const rows = yield* sql<{ revoked: boolean }>`
@@ -317,7 +318,7 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
      * `graceSeconds` (at once revoked when 0). Scoped keys are unaffected. Runs in the caller's
      * transaction.
      */
-    const rotatePrimary = (tenantId: string, graceSeconds: number, actor: Actor) =>
+    const rotatePrimary = (tenantId: TenantId, graceSeconds: number, actor: Actor) =>
       Effect.gen(function*() {
         yield* sql`
           UPDATE api_keys
@@ -330,7 +331,7 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
       })
 
     /** Issues a scoped key for the operator (admin API): any scopes, no expiry cap, no issuer. */
-    const issueAsOperator = (tenantId: string, input: ApiKeyInput, actor: Actor) =>
+    const issueAsOperator = (tenantId: TenantId, input: ApiKeyInput, actor: Actor) =>
       // Only a key can be gone: the operator is none.
       issue(tenantId, input, { keyId: null, scopes: allScopes }, actor).pipe(Effect.catchTag("IssuerGone", Effect.die))
 

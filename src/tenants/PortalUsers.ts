@@ -10,6 +10,7 @@ import { orUnavailable } from "../db/SqlFailure.js"
 import { inTransaction } from "../db/Transaction.js"
 import { NotFound, ValidationFailed } from "../domain/ApiError.js"
 import { PortalUser, type UserChange, type UserInput, UserRole, UserStatus } from "../domain/PortalUser.js"
+import { TenantId } from "../domain/Tenant.js"
 import { isNameTooLong, NAME_TOO_LONG, Problems } from "../domain/Problems.js"
 import { checkIfMatch, etagOf } from "../domain/Version.js"
 
@@ -87,7 +88,7 @@ export class PortalUsers extends Effect.Service<PortalUsers>()("parley/PortalUse
     const parents = yield* ParentRows
 
     const findUser = SqlSchema.findOne({
-      Request: Schema.Struct({ tenantId: Schema.String, id: Schema.String, lock: Schema.Boolean }),
+      Request: Schema.Struct({ tenantId: TenantId, id: Schema.String, lock: Schema.Boolean }),
       Result: PortalUser,
       execute: ({ id, lock, tenantId }) =>
         sql`SELECT ${sql.literal(USER_COLUMNS)} FROM portal_users
@@ -95,7 +96,7 @@ export class PortalUsers extends Effect.Service<PortalUsers>()("parley/PortalUse
     })
 
     const listUsers = SqlSchema.findAll({
-      Request: Schema.String,
+      Request: TenantId,
       Result: PortalUser,
       execute: (tenantId) =>
         sql`SELECT ${sql.literal(USER_COLUMNS)} FROM portal_users
@@ -105,7 +106,7 @@ export class PortalUsers extends Effect.Service<PortalUsers>()("parley/PortalUse
     const insertUser = SqlSchema.single({
       Request: Schema.Struct({
         id: Schema.String,
-        tenantId: Schema.String,
+        tenantId: TenantId,
         email: Schema.String,
         name: Schema.NullOr(Schema.String),
         role: UserRole,
@@ -120,7 +121,7 @@ export class PortalUsers extends Effect.Service<PortalUsers>()("parley/PortalUse
           RETURNING ${sql.literal(USER_COLUMNS)}`
     })
 
-    const load = (tenantId: string, id: string, lock: boolean) =>
+    const load = (tenantId: TenantId, id: string, lock: boolean) =>
       findUser({ tenantId, id, lock }).pipe(
         Effect.flatMap(Option.match({
           onNone: () => Effect.fail(new NotFound({ message: `user ${id} not found` })),
@@ -132,7 +133,7 @@ export class PortalUsers extends Effect.Service<PortalUsers>()("parley/PortalUse
      * Creates a user; the password must meet the policy and is stored only as its hash. `TenantGone`
      * when the tenant was deleted meanwhile.
      */
-    const create = (tenantId: string, input: UserInput, actor: Actor) =>
+    const create = (tenantId: TenantId, input: UserInput, actor: Actor) =>
       Effect.gen(function*() {
         const problems = new Problems()
         const patch = validate(input, true, problems)
@@ -163,16 +164,16 @@ export class PortalUsers extends Effect.Service<PortalUsers>()("parley/PortalUse
         }).pipe(inTransaction(sql), Effect.catchTag("SqlError", emailTaken))
       }).pipe(orUnavailable)
 
-    const list = (tenantId: string) => listUsers(tenantId).pipe(orUnavailable)
+    const list = (tenantId: TenantId) => listUsers(tenantId).pipe(orUnavailable)
 
-    const get = (tenantId: string, id: string) => load(tenantId, id, false).pipe(orUnavailable)
+    const get = (tenantId: TenantId, id: string) => load(tenantId, id, false).pipe(orUnavailable)
 
     /**
      * Sets the sent fields (PUT and PATCH alike; a change has no `password`). An unknown user is 404, then
      * a stale `If-Match` 412, then an invalid body 422: preconditions come before the content (RFC 9110).
      * Turning a user `inactive` ends its sessions in the same transaction.
      */
-    const update = (tenantId: string, id: string, input: UserChange, ifMatch: Option.Option<string>, actor: Actor) =>
+    const update = (tenantId: TenantId, id: string, input: UserChange, ifMatch: Option.Option<string>, actor: Actor) =>
       Effect.gen(function*() {
         const current = yield* load(tenantId, id, true)
         yield* checkIfMatch(ifMatch, etagOf(current))
@@ -189,7 +190,7 @@ export class PortalUsers extends Effect.Service<PortalUsers>()("parley/PortalUse
       }).pipe(inTransaction(sql), Effect.catchTag("SqlError", emailTaken), orUnavailable)
 
     /** Deletes the user after the `If-Match` check; its sessions go with it (foreign key cascade). */
-    const remove = (tenantId: string, id: string, ifMatch: Option.Option<string>, actor: Actor) =>
+    const remove = (tenantId: TenantId, id: string, ifMatch: Option.Option<string>, actor: Actor) =>
       Effect.gen(function*() {
         const current = yield* load(tenantId, id, true)
         yield* checkIfMatch(ifMatch, etagOf(current))

@@ -7,7 +7,7 @@ import { orUnavailable } from "../db/SqlFailure.js"
 import { inTransaction } from "../db/Transaction.js"
 import { NotFound, type ValidationFailed } from "../domain/ApiError.js"
 import { Problems } from "../domain/Problems.js"
-import { DEFAULT_RETENTION_DAYS, type SettingsInput, Tenant, TenantStatus, TenantTier, type TenantInput } from "../domain/Tenant.js"
+import { DEFAULT_RETENTION_DAYS, type SettingsInput, Tenant, TenantId, TenantStatus, TenantTier, type TenantInput } from "../domain/Tenant.js"
 import { checkIfMatch, etagOf } from "../domain/Version.js"
 import { ApiKeys } from "./ApiKeys.js"
 import { type SettingsPatch, validateSettings } from "./TenantSettings.js"
@@ -32,7 +32,7 @@ const changedFields = (current: Tenant, patch: TenantPatch): TenantPatch =>
   ) as TenantPatch
 
 /** 404 for a tenant id that names no tenant. */
-export const tenantNotFound = (id: string) => new NotFound({ message: `tenant ${id} not found` })
+export const tenantNotFound = (id: TenantId) => new NotFound({ message: `tenant ${id} not found` })
 
 /** Tenants: created and changed by the operator (admin API) and, for settings, by the tenant itself. */
 export class Tenants extends Effect.Service<Tenants>()("parley/Tenants", {
@@ -43,13 +43,13 @@ export class Tenants extends Effect.Service<Tenants>()("parley/Tenants", {
     const config = yield* AppConfig
 
     const findTenant = SqlSchema.findOne({
-      Request: Schema.Struct({ id: Schema.String, lock: Schema.Boolean }),
+      Request: Schema.Struct({ id: TenantId, lock: Schema.Boolean }),
       Result: Tenant,
       execute: ({ id, lock }) =>
         sql`SELECT ${sql.literal(TENANT_COLUMNS)} FROM tenants WHERE id = ${id} ${sql.literal(lock ? "FOR UPDATE" : "")}`
     })
 
-    const load = (id: string, lock: boolean) =>
+    const load = (id: TenantId, lock: boolean) =>
       findTenant({ id, lock }).pipe(
         Effect.flatMap(Option.match({ onNone: () => Effect.fail(tenantNotFound(id)), onSome: Effect.succeed }))
       )
@@ -79,7 +79,7 @@ export class Tenants extends Effect.Service<Tenants>()("parley/Tenants", {
     const create = (input: TenantInput, actor: Actor) =>
       Effect.gen(function*() {
         const patch = yield* validate(input, true)
-        const id = crypto.randomUUID()
+        const id = TenantId.to.make(crypto.randomUUID())
         return yield* Effect.gen(function*() {
           yield* sql`
             INSERT INTO tenants (id, name, status, tier, retention_days, alert_webhook_url, allowed_upload_types, limits)
@@ -101,7 +101,7 @@ export class Tenants extends Effect.Service<Tenants>()("parley/Tenants", {
 
     const list = () => listTenants(undefined).pipe(orUnavailable)
 
-    const get = (id: string) => load(id, false).pipe(orUnavailable)
+    const get = (id: TenantId) => load(id, false).pipe(orUnavailable)
 
     /**
      * Applies a change: an unknown tenant is 404, then a stale `If-Match` 412, then an invalid body 422
@@ -111,7 +111,7 @@ export class Tenants extends Effect.Service<Tenants>()("parley/Tenants", {
      * nothing (no audit row), keeping `updated_at` and the ETag.
      */
     const applyChange = <R>(
-      id: string,
+      id: TenantId,
       validated: Effect.Effect<TenantPatch, ValidationFailed, R>,
       ifMatch: Option.Option<string>,
       actor: Actor,
@@ -133,11 +133,11 @@ export class Tenants extends Effect.Service<Tenants>()("parley/Tenants", {
       }).pipe(orUnavailable)
 
     /** Admin update of any field; `status=inactive` blocks every key of the tenant at once. */
-    const update = (id: string, input: TenantInput, ifMatch: Option.Option<string>, actor: Actor) =>
+    const update = (id: TenantId, input: TenantInput, ifMatch: Option.Option<string>, actor: Actor) =>
       applyChange(id, validate(input, false), ifMatch, actor, "tenant.updated")
 
     /** The tenant's own settings change; invalid `limits` reject the whole request. */
-    const updateSettings = (id: string, input: SettingsInput, ifMatch: Option.Option<string>, actor: Actor) =>
+    const updateSettings = (id: TenantId, input: SettingsInput, ifMatch: Option.Option<string>, actor: Actor) =>
       applyChange(
         id,
         Effect.gen(function*() {
@@ -152,7 +152,7 @@ export class Tenants extends Effect.Service<Tenants>()("parley/Tenants", {
       )
 
     /** Removes the tenant and what it owns (foreign keys cascade); activities are purged later (ConversationPurge). */
-    const remove = (id: string, ifMatch: Option.Option<string>, actor: Actor) =>
+    const remove = (id: TenantId, ifMatch: Option.Option<string>, actor: Actor) =>
       Effect.gen(function*() {
         const current = yield* load(id, true)
         yield* checkIfMatch(ifMatch, etagOf(current))
@@ -161,7 +161,7 @@ export class Tenants extends Effect.Service<Tenants>()("parley/Tenants", {
       }).pipe(inTransaction(sql), orUnavailable)
 
     /** A new primary key, returned once; the old one works for `API_KEY_ROTATION_GRACE_SECONDS`. */
-    const rotateApiKey = (id: string, actor: Actor) =>
+    const rotateApiKey = (id: TenantId, actor: Actor) =>
       Effect.gen(function*() {
         const tenant = yield* load(id, true)
         const key = yield* apiKeys.rotatePrimary(id, config.apiKeyRotationGraceSeconds, actor)

@@ -9,12 +9,13 @@ import { MessageStorage, RunnerHealth, Runners, RunnerStorage, Sharding, Shardin
 import { Context, Duration, Effect, Layer, Stream } from "effect"
 import { ConversationEntity } from "../../cluster/ConversationEntity.js"
 import type { Activity, ActivityDraft } from "../../src/domain/Activity.js"
+import { TenantId } from "../../src/domain/Tenant.js"
 import { messageDraft } from "../support/Fixtures.js"
 
 const CALLS = Number(process.env["CALLS"] ?? "20000")
 const CONCURRENCY = 64
 const ENTITIES = 1000
-const TENANT = "00000000-0000-4000-8000-000000000001"
+const TENANT = TenantId.to.make("00000000-0000-4000-8000-000000000001")
 const ids = Array.from({ length: ENTITIES }, () => crypto.randomUUID())
 
 

@@ -1,13 +1,15 @@
 import { Effect } from "effect"
 import { generateCredential, hashCredential } from "../../src/auth/Credential.js"
 import type { ActivityDraft } from "../../src/domain/Activity.js"
+import { ChannelId } from "../../src/domain/Channel.js"
+import { ConversationId } from "../../src/domain/Conversation.js"
 import { query } from "./TestDatabase.js"
 import { createTenant, request } from "./TestNode.js"
 
 /** A channel stored directly (the management API has its own tests); returns its id and secret. */
 export const insertChannel = (tenantId: string, fields: { readonly mode?: string; readonly type?: string } = {}) =>
   Effect.gen(function*() {
-    const id = crypto.randomUUID()
+    const id = ChannelId.to.make(crypto.randomUUID())
     const secret = generateCredential("channelSecret")
     yield* query(
       `INSERT INTO channels (id, tenant_id, name, type, mode, config, secret_hash)
@@ -24,7 +26,7 @@ export const insertConversation = (
   fields: { readonly metadata?: object; readonly id?: string } = {}
 ) =>
   Effect.gen(function*() {
-    const id = fields.id ?? crypto.randomUUID()
+    const id = ConversationId.to.make(fields.id ?? crypto.randomUUID())
     yield* query(
       `INSERT INTO conversations (id, tenant_id, channel_id, origin_channel_id, metadata) VALUES ($1, $2, $3, $3, $4)`,
       [id, tenantId, channelId, JSON.stringify(fields.metadata ?? {})]

@@ -1,6 +1,7 @@
 import { NodeRuntime } from "@effect/platform-node"
-import { Console, Effect, Layer, Stream } from "effect"
+import { Console, Effect, Layer, Schema, Stream } from "effect"
 import { AppConfig } from "../../src/config/AppConfig.js"
+import { ConversationId } from "../../src/domain/Conversation.js"
 import { LoggingLive, NodeLive } from "../../src/NodeLive.js"
 import { ConversationHub } from "../../src/realtime/ConversationHub.js"
 
@@ -11,7 +12,7 @@ import { ConversationHub } from "../../src/realtime/ConversationHub.js"
  */
 const Listeners = Layer.scopedDiscard(Effect.gen(function*() {
   const hub = yield* ConversationHub
-  const ids = (process.env["LISTEN_TO"] ?? "").split(",").filter((id) => id !== "")
+  const ids = (process.env["LISTEN_TO"] ?? "").split(",").filter((id) => id !== "").map((id) => Schema.decodeSync(ConversationId)(id))
   yield* Effect.forEach(ids, (id) =>
     Effect.forkScoped(Stream.runForEach(hub.subscribe(id, 0), (activity) => Console.log(`seen ${id} ${activity.seq}`))))
 }))

@@ -3,6 +3,7 @@ import { type AddressInfo, createServer } from "node:net"
 import { AppConfig } from "../../src/config/AppConfig.js"
 import { LeanAppendRoute } from "../../src/http/AppendRoute.js"
 import { LoggingLive, NodeLive } from "../../src/NodeLive.js"
+import type { TenantId } from "../../src/domain/Tenant.js"
 import { TestDatabase, TestDatabaseLive } from "./TestDatabase.js"
 
 /** A running node of the test: its base URL. */
@@ -121,7 +122,7 @@ export const createTenant = (fields: Record<string, unknown> = {}) =>
     admin("POST", "/tenants", { tenant: { name: `tenant-${crypto.randomUUID().slice(0, 8)}`, ...fields } }),
     (reply) => {
       if (reply.status !== 201) throw new Error(`tenant create failed: ${reply.status} ${JSON.stringify(reply.body)}`)
-      return reply.body.data as { id: string; api_key: string; [key: string]: unknown }
+      return reply.body.data as { id: TenantId; api_key: string; [key: string]: unknown }
     }
   )
 
