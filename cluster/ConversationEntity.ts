@@ -6,7 +6,7 @@ import { WriteOutcomeUnknown } from "../src/conversations/ConversationOwners.js"
 import { ConversationClosed, InvalidMessage, NotFound, Unauthorized, Unavailable } from "../src/domain/ApiError.js"
 
 /** Appends one activity; re-sending the same draft id or idempotency key returns the stored one. */
-export const Append = Rpc.make("Append", {
+const Append = Rpc.make("Append", {
   payload: {
     tenantId: Schema.UUID,
     draft: ActivityDraft,
@@ -26,7 +26,7 @@ export const Append = Rpc.make("Append", {
  * Closes or reopens. A real transition appends a `conversationUpdate` from `system`; otherwise
  * nothing changes. `idleSince` makes a close conditional: only if nothing happened after it.
  */
-export const SetStatus = Rpc.make("SetStatus", {
+const SetStatus = Rpc.make("SetStatus", {
   payload: {
     tenantId: Schema.UUID,
     status: Schema.Literal("active", "closed"),
@@ -40,7 +40,7 @@ export const SetStatus = Rpc.make("SetStatus", {
 })
 
 /** Every activity with seq above `fromSeq`: stored ones first, then live ones, in seq order. */
-export const Subscribe = Rpc.make("Subscribe", {
+const Subscribe = Rpc.make("Subscribe", {
   payload: { fromSeq: Schema.NonNegativeInt },
   success: Activity,
   error: Unavailable,

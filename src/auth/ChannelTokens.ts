@@ -5,7 +5,7 @@ import { CredentialChannelInactive, Unauthorized } from "../domain/ApiError.js"
 import { hashCredential } from "./Credential.js"
 
 /** The channel a channel secret belongs to, with the states that decide whether it may be used. */
-export const ChannelOfSecret = Schema.Struct({
+const ChannelOfSecret = Schema.Struct({
   id: Schema.String,
   tenant_id: Schema.String,
   status: Schema.Literal("active", "inactive"),

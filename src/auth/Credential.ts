@@ -3,7 +3,7 @@ import { createHash, hash, randomInt, timingSafeEqual } from "node:crypto"
 const BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 /** The credential kinds of CONTRACT.md §2 with their prefixes and random lengths. */
-export const CredentialKind = {
+const CredentialKind = {
   apiKey: { prefix: "ck_", length: 40 },
   channelSecret: { prefix: "cs_", length: 40 },
   publishableKey: { prefix: "pk_", length: 32 }
@@ -37,9 +37,3 @@ export const hashCredentialHex = (credential: string): string => hash("sha256", 
 /** Compares two secrets in time independent of where they differ (and of their lengths). */
 export const constantTimeEquals = (a: string, b: string): boolean =>
   timingSafeEqual(hashCredential(a), hashCredential(b))
-
-/** Compares a presented credential with a stored hash in constant time. */
-export const matchesHash = (credential: string, stored: Uint8Array): boolean => {
-  const presented = hashCredential(credential)
-  return stored.length === presented.length && timingSafeEqual(presented, stored)
-}

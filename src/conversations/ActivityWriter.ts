@@ -12,16 +12,16 @@ import { batchStatement, encodeRows, type EncodedRows, storedActivity, type Writ
 export class SeqTaken extends Data.TaggedError("SeqTaken")<{ readonly conversationId: string }> {}
 
 /** The database refused or could not take the write; nothing of the group was stored. */
-export class WriteFailed extends Data.TaggedError("WriteFailed")<{ readonly cause: SqlError }> {}
+class WriteFailed extends Data.TaggedError("WriteFailed")<{ readonly cause: SqlError }> {}
 
 /** An idempotency key of the group is already stored in its conversation; nothing was written. */
-export class KeyTaken extends Data.TaggedError("KeyTaken")<{ readonly conversationId: string }> {}
+class KeyTaken extends Data.TaggedError("KeyTaken")<{ readonly conversationId: string }> {}
 
 /** The group's deadline passed before a statement could take it; nothing of it was stored. */
-export class TooLate extends Data.TaggedError("TooLate")<{}> {}
+class TooLate extends Data.TaggedError("TooLate")<{}> {}
 
 /** An API key the group was to check is no longer valid (revoked, expired, its tenant not active); nothing was written. */
-export class KeyNoLongerValid extends Data.TaggedError("KeyNoLongerValid")<{}> {}
+class KeyNoLongerValid extends Data.TaggedError("KeyNoLongerValid")<{}> {}
 
 interface Pending {
   readonly group: WriteGroup

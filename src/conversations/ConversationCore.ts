@@ -30,7 +30,7 @@ import {
 import { inSeqOrder, livePubSub } from "./SeqFollower.js"
 
 /** This node no longer owns the conversation's shard: the caller goes through the cluster. */
-export class Moved extends Data.TaggedError("Moved")<{}> {}
+class Moved extends Data.TaggedError("Moved")<{}> {}
 
 type AppendError = NotFound | ConversationClosed | InvalidMessage | Unavailable | WriteOutcomeUnknown | Unauthorized | Moved
 type AppendDone = Reply<Activity, AppendError>

@@ -13,7 +13,7 @@ const SWEEP_EVERY = Duration.minutes(1)
  * (no stream open, no command waiting or running). Busy ones are never dropped: when every core is
  * busy the new one starts anyway, and later starts bring the count back down as cores fall idle.
  */
-export const MAX_RUNNING_CORES = 10_000
+const MAX_RUNNING_CORES = 10_000
 
 interface Running {
   readonly core: ConversationCore

@@ -14,7 +14,7 @@ export const ChannelStatus = Schema.Literal("active", "inactive")
 export type ChannelStatus = typeof ChannelStatus.Type
 
 /** States of the delivery circuit breaker (server-apis.md "Delivery circuit breaker"). */
-export const CircuitState = Schema.Literal("closed", "open", "half_open", "paused")
+const CircuitState = Schema.Literal("closed", "open", "half_open", "paused")
 
 /** How the delay between delivery attempts grows: doubling, by `base_ms` each time, or constant. */
 export const Backoff = Schema.Literal("exponential", "linear", "fixed")

@@ -50,6 +50,3 @@ export const decodeWatermark = (input: unknown): Either.Either<Position, string>
  * a use of the deprecated form even when the position it names is refused.
  */
 export const isOpaqueWatermark = (input: string): boolean => !/^\d+$/.test(input) && Either.isRight(decodeWatermark(input))
-
-/** The opaque form still emitted by the legacy Phoenix `activitySet` frame. */
-export const opaqueWatermark = (seq: number): string => Buffer.from(`seq:${seq}`).toString("base64url")

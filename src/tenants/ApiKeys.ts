@@ -50,7 +50,7 @@ export interface KeyIssuer {
 }
 
 /** The key asking to issue one was revoked or expired after it was checked (a revoke got there first). */
-export class IssuerGone extends Data.TaggedError("IssuerGone")<{ readonly keyId: string }> {}
+class IssuerGone extends Data.TaggedError("IssuerGone")<{ readonly keyId: string }> {}
 
 const IssuerChainRow = Schema.Struct({ valid: Schema.Boolean, expires_at: Schema.NullOr(Schema.String) })
 
