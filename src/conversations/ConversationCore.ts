@@ -59,7 +59,7 @@ const NO_IDS: ReadonlySet<string> = new Set()
 export const makeConversationCore = (conversationId: string, isOwned: () => boolean, onMissing: () => void) =>
   Effect.gen(function*() {
     const writer = yield* ActivityWriter
-    const store = yield* ActivityRepo
+    const activityRepo = yield* ActivityRepo
     const states = yield* ConversationStateRepo
     // Made for the first stream: most conversations never have one, and the buffer takes memory.
     let live: PubSub.PubSub<Activity> | undefined
@@ -206,12 +206,12 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
       // waits for the conversation's row first, and if it cannot, that draft's outcome is unknown.
       const late = commands.some((c) => c.deadline < now)
       const lookup = late
-        ? store.findSettled(current.tenant_id, conversationId, ids, keys)
-        : store.findExisting(current.tenant_id, conversationId, ids, keys)
+        ? activityRepo.findSettled(current.tenant_id, conversationId, ids, keys)
+        : activityRepo.findExisting(current.tenant_id, conversationId, ids, keys)
       // With edits or reactions, their targets are read at the same time as the drafts.
       const reads = targets.length === 0
         ? Effect.map(lookup, (found) => [found, NO_IDS] as const)
-        : Effect.zip(lookup, store.deletedAmong(conversationId, targets), { concurrent: true })
+        : Effect.zip(lookup, activityRepo.deletedAmong(conversationId, targets), { concurrent: true })
       return Effect.flatMap(Effect.either(readFor(commands, reads)), (read) =>
         Either.isLeft(read)
           // Nothing was written now, but a late append may have been before, and so may any
@@ -263,7 +263,7 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
         return inSeqOrder({
           fromSeq,
           live: Stream.fromQueue(subscription),
-          read: (after, limit) => store.readAfter(conversationId, after, limit),
+          read: (after, limit) => activityRepo.readAfter(conversationId, after, limit),
           page: REPLAY_PAGE
         }).pipe(
           Stream.catchAll(() => Stream.fail(databaseUnavailable()))

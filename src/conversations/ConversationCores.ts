@@ -34,7 +34,7 @@ export class ConversationCores extends Effect.Service<ConversationCores>()("parl
   scoped: (maxRunning: number = MAX_RUNNING_CORES) => Effect.gen(function*() {
     const sharding = yield* Sharding.Sharding
     const writer = yield* ActivityWriter
-    const store = yield* ActivityRepo
+    const activityRepo = yield* ActivityRepo
     const states = yield* ConversationStateRepo
     const scope = yield* Effect.scope
     // In order of use, least recent first.
@@ -117,7 +117,7 @@ export class ConversationCores extends Effect.Service<ConversationCores>()("parl
               ).pipe(
                 Scope.extend(child),
                 Effect.provideService(ActivityWriter, writer),
-                Effect.provideService(ActivityRepo, store),
+                Effect.provideService(ActivityRepo, activityRepo),
                 Effect.provideService(ConversationStateRepo, states)
               )
               running.set(conversationId, { core, shardId, scope: child, lastUsed: performance.now() })

@@ -113,7 +113,7 @@ export type ActivityPage = { readonly items: ReadonlyArray<Activity>; readonly w
 export class Conversations extends Effect.Service<Conversations>()("parley/Conversations", {
   effect: Effect.gen(function*() {
     const repo = yield* ConversationRepo
-    const store = yield* ActivityRepo
+    const activityRepo = yield* ActivityRepo
     const owners = yield* ConversationOwners
     const cores = yield* ConversationCores
 
@@ -137,7 +137,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
       // the same key and a write of it in flight are then as unknown as a missing conversation.
       lookUpSettled(
         request.deadline,
-        store.findSettled(
+        activityRepo.findSettled(
           request.tenantId,
           conversationId,
           [request.draft.id],
@@ -180,7 +180,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
       deadline: number,
       notStored: () => Unavailable
     ): Effect.Effect<void, Unavailable | OutcomeUnknown> =>
-      lookUpSettled(deadline, store.statusSettled(tenantId, conversationId)).pipe(
+      lookUpSettled(deadline, activityRepo.statusSettled(tenantId, conversationId)).pipe(
         Effect.flatMap((found): Effect.Effect<void, Unavailable | OutcomeUnknown> =>
           Option.isNone(found)
             ? Effect.fail(
@@ -273,7 +273,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
           if (modifies && target.sender !== checked.sender) return refuse("cannot edit or delete someone else's message")
           if (target.deleted && refusedOnDeletedTarget(checked.type)) {
             const deleted = refuse(DELETED_TARGET)
-            return key === null ? deleted : store.findExisting(tenantId, conversationId, [], [key]).pipe(
+            return key === null ? deleted : activityRepo.findExisting(tenantId, conversationId, [], [key]).pipe(
               orUnavailable,
               Effect.flatMap((stored) => stored.length > 0 ? Effect.succeed(Option.some(stored[0]!)) : deleted)
             )
@@ -344,7 +344,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
      */
     const storedUnderKey = (scope: ConversationScope, conversationId: string, key: string) =>
       get(scope, conversationId, { channels: false }).pipe(
-        Effect.zipRight(store.findExisting(scope.tenantId, conversationId.toLowerCase(), [], [key]).pipe(orUnavailable)),
+        Effect.zipRight(activityRepo.findExisting(scope.tenantId, conversationId.toLowerCase(), [], [key]).pipe(orUnavailable)),
         Effect.map((found) => Option.fromNullable<Activity>(found[0])),
         Effect.catchTag("NotFound", () => Effect.succeed(Option.none<Activity>()))
       )
@@ -383,7 +383,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
             after = seq.value
           }
         }
-        const rows = yield* store.readAfter(id, after, limit + 1).pipe(orUnavailable)
+        const rows = yield* activityRepo.readAfter(id, after, limit + 1).pipe(orUnavailable)
         const items = rows.slice(0, limit)
         return {
           items,

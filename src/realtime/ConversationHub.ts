@@ -47,7 +47,7 @@ type Feed = Pick<Topic, "pubsub" | "last" | "publishing" | "announced">
  */
 export class ConversationHub extends Effect.Service<ConversationHub>()("parley/ConversationHub", {
   scoped: Effect.gen(function*() {
-    const store = yield* ActivityRepo
+    const activityRepo = yield* ActivityRepo
     const owners = yield* ConversationOwners
     const hubScope = yield* Effect.scope
     // Followers run as fibers of the hub, as conversation cores run as fibers of their service: one
@@ -59,7 +59,7 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
     const lock = yield* Effect.makeSemaphore(1)
 
     const readOf = (conversationId: string): ReadAfter<unknown> => (after, limit) =>
-      store.readAfter(conversationId, after, limit)
+      activityRepo.readAfter(conversationId, after, limit)
 
     /** Publishes stored activities above the topic's last seq (up to `below`, exclusive, if given). */
     const fillFromTable = (conversationId: string, topic: Feed, below?: number) =>
@@ -147,7 +147,7 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
       const open = [...topics]
       for (let i = 0; i < open.length; i += GAP_CHECK_BATCH) {
         const batch = open.slice(i, i + GAP_CHECK_BATCH)
-        const heads = yield* store.headsOf(batch.map(([id]) => id))
+        const heads = yield* activityRepo.headsOf(batch.map(([id]) => id))
         yield* Effect.forEach(batch, ([id, topic]) =>
           Effect.gen(function*() {
             const head = heads.get(id) ?? 0
@@ -186,9 +186,9 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
      * the head a new topic starts from is read before taking it (again, if the topic closed
      * meanwhile), so subscribing does not queue behind a read of another conversation.
      */
-    const acquire = (conversationId: string): Effect.Effect<Topic, Effect.Effect.Error<ReturnType<typeof store.headOf>>> =>
+    const acquire = (conversationId: string): Effect.Effect<Topic, Effect.Effect.Error<ReturnType<typeof activityRepo.headOf>>> =>
       Effect.flatMap(
-        Effect.suspend(() => topics.has(conversationId) ? Effect.succeed(undefined) : store.headOf(conversationId)),
+        Effect.suspend(() => topics.has(conversationId) ? Effect.succeed(undefined) : activityRepo.headOf(conversationId)),
         (head) =>
           lock.withPermits(1)(Effect.suspend(() => {
             const existing = topics.get(conversationId)
