@@ -30,7 +30,7 @@ export const RetryPolicy = Schema.Struct({
 })
 export type RetryPolicy = typeof RetryPolicy.Type
 
-/** The policy of a channel that did not choose one (documented in the README). */
+/** The policy of a channel that did not choose one (docs/api-notes.md, "Channels"). */
 export const DEFAULT_RETRY_POLICY: RetryPolicy = {
   max_attempts: 8,
   backoff: "exponential",
