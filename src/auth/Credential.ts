@@ -10,6 +10,12 @@ const CredentialKind = {
 } as const
 export type CredentialKind = keyof typeof CredentialKind
 
+/** Characters of a key shown to identify it (`prefix`, CONTRACT.md §2): its kind's prefix and 8 more. */
+const SHOWN_PREFIX_LENGTH = 11
+
+/** The start of a key that identifies it without revealing it. */
+export const shownPrefix = (credential: string): string => credential.slice(0, SHOWN_PREFIX_LENGTH)
+
 /** A fresh credential: prefix plus uniformly random base62 characters. */
 export const generateCredential = (kind: CredentialKind): string => {
   const { length, prefix } = CredentialKind[kind]

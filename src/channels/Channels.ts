@@ -10,11 +10,11 @@ import { AddressGuard } from "../delivery/AddressGuard.js"
 import { Conflict, NotFound } from "../domain/ApiError.js"
 import {
   Channel,
-  CHANNEL_LIST_LIMIT,
   type ChannelInput,
   DEFAULT_RETRY_POLICY,
   StoredRetryPolicy
 } from "../domain/Channel.js"
+import { LOOKUP_LIMIT } from "../domain/LookupLimit.js"
 import { redactObject } from "../domain/Redaction.js"
 import { checkIfMatch, etagOf } from "../domain/Version.js"
 import { type ChannelBase, type ChannelPatch, validateChannel } from "./ChannelValidation.js"
@@ -92,7 +92,7 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
       Result: ChannelRow,
       execute: (tenantId) =>
         sql`SELECT ${sql.literal(CHANNEL_COLUMNS)} FROM channels WHERE tenant_id = ${tenantId}
-            ORDER BY name, id LIMIT ${CHANNEL_LIST_LIMIT}`
+            ORDER BY name, id LIMIT ${LOOKUP_LIMIT}`
     })
 
     const insertChannel = SqlSchema.single({
@@ -143,7 +143,7 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
         }).pipe(inTransaction(sql))
       }).pipe(orUnavailable)
 
-    /** The tenant's channels by name, at most `CHANNEL_LIST_LIMIT`. */
+    /** The tenant's channels by name, at most `LOOKUP_LIMIT`. */
     const list = (tenantId: string) => listChannels(tenantId).pipe(Effect.map((rows) => rows.map(toChannel)), orUnavailable)
 
     const get = (tenantId: string, id: string) => load(tenantId, id, false).pipe(Effect.map(toChannel), orUnavailable)

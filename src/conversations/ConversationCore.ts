@@ -27,7 +27,10 @@ import {
   roundSize,
   type StatusCommand
 } from "./RoundDecision.js"
-import { inSeqOrder, livePubSub } from "./SeqFollower.js"
+import { CATCH_UP_PAGE, inSeqOrder, livePubSub } from "./SeqFollower.js"
+
+/** A moved conversation has its new owner within moments: callers try again this much later. */
+export const MOVED_RETRY_MS = 250
 
 /** This node no longer owns the conversation's shard: the caller goes through the cluster. */
 class Moved extends Data.TaggedError("Moved")<{}> {}
@@ -41,7 +44,6 @@ type Command = (AppendCommand & { readonly done: AppendDone }) | (StatusCommand 
 
 /** How often a round is retried after another writer moved the head (two owners for a moment). */
 const MAX_CONFLICT_RETRIES = 5
-const REPLAY_PAGE = 500
 /** How long a round's read may take when its commands' deadlines have passed already. */
 const LATE_READ_MS = 1000
 
@@ -264,7 +266,7 @@ export const makeConversationCore = (conversationId: string, isOwned: () => bool
           fromSeq,
           live: Stream.fromQueue(subscription),
           read: (after, limit) => activityRepo.readAfter(conversationId, after, limit),
-          page: REPLAY_PAGE
+          page: CATCH_UP_PAGE
         }).pipe(
           Stream.catchAll(() => Stream.fail(databaseUnavailable()))
         )

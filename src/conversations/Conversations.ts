@@ -21,7 +21,7 @@ import {
   refusedOnDeletedTarget
 } from "./ActivityRules.js"
 import { ActivityRepo } from "./ActivityRepo.js"
-import type { ConversationCore } from "./ConversationCore.js"
+import { type ConversationCore, MOVED_RETRY_MS } from "./ConversationCore.js"
 import { ConversationCores } from "./ConversationCores.js"
 import { type AppendRequest, ConversationOwners } from "./ConversationOwners.js"
 import { ConversationRepo, type ListFilter } from "./ConversationRepo.js"
@@ -86,8 +86,9 @@ const lookUpSettled = <A, E>(deadline: number, lookUp: Effect.Effect<A, E>) =>
     )
   )
 
-/** The pause before an append whose owner let go of its shard is sent again. */
-const MOVED_RESEND_MS = 250
+/** `x-idempotency-key` is 1 to this many characters. */
+const MAX_IDEMPOTENCY_KEY_CHARS = 255
+const IDEMPOTENCY_KEY_REFUSED = `x-idempotency-key must be 1 to ${MAX_IDEMPOTENCY_KEY_CHARS} characters`
 
 const notFound = (id: string) => new NotFound({ message: `conversation ${id} not found` })
 
@@ -210,10 +211,10 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
             // lost before wrote this draft (a crash re-send): that answer must not be a 503. Past the
             // deadline `cluster_unavailable` is a late arrival, looked up and not found: final.
             Effect.retry({
-              schedule: Schedule.spaced(MOVED_RESEND_MS),
+              schedule: Schedule.spaced(MOVED_RETRY_MS),
               while: (error) =>
                 error._tag === "Unavailable" && error.reason === "cluster_unavailable" &&
-                Date.now() + MOVED_RESEND_MS < request.deadline
+                Date.now() + MOVED_RETRY_MS < request.deadline
             })
           ),
           answerWithinMs(),
@@ -306,8 +307,8 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
         const checking = checkActivity(input)
         if (Either.isLeft(checking)) return Effect.fail(checking.left)
         const checked = checking.right
-        if (key !== null && (key.length === 0 || key.length > 255)) {
-          return Effect.fail(new BadRequest({ message: "x-idempotency-key must be 1 to 255 characters" }))
+        if (key !== null && (key.length === 0 || key.length > MAX_IDEMPOTENCY_KEY_CHARS)) {
+          return Effect.fail(new BadRequest({ message: IDEMPOTENCY_KEY_REFUSED }))
         }
         // One entity per conversation, however the caller spelled its id.
         const id = conversationId.toLowerCase()

@@ -86,9 +86,6 @@ export const MAX_TRANSFORMATIONS = 50
 export const JsonObject = Schema.Record({ key: Schema.String, value: Schema.Unknown })
 export type JsonObject = typeof JsonObject.Type
 
-/** The channel list is not paginated; it stops here (`lookup_limit`). */
-export const CHANNEL_LIST_LIMIT = 1000
-
 /** A channel as the management API shows it: credential-like config values are `[REDACTED]`. */
 export class Channel extends Schema.Class<Channel>("Channel")({
   id: Schema.UUID,

@@ -1,11 +1,9 @@
 import { Data, Duration, Effect, ExecutionStrategy, Exit, Fiber, PubSub, Ref, Runtime, Schedule, Scope, Stream } from "effect"
 import { ActivityRepo } from "../conversations/ActivityRepo.js"
 import { ConversationOwners } from "../conversations/ConversationOwners.js"
-import { inSeqOrder, livePubSub, type ReadAfter, storedBetween } from "../conversations/SeqFollower.js"
+import { CATCH_UP_PAGE, inSeqOrder, livePubSub, type ReadAfter, storedBetween } from "../conversations/SeqFollower.js"
 import type { Activity } from "../domain/Activity.js"
 import { databaseUnavailable, type Unavailable } from "../domain/ApiError.js"
-
-const PAGE = 500
 
 class UpstreamResent extends Data.TaggedError("UpstreamResent") {}
 /**
@@ -64,7 +62,7 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
     /** Publishes stored activities above the topic's last seq (up to `below`, exclusive, if given). */
     const fillFromTable = (conversationId: string, topic: Feed, below?: number) =>
       Effect.flatMap(Ref.get(topic.last), (last) =>
-        Stream.runForEach(storedBetween(readOf(conversationId), PAGE, last, below), (activity) => publishNext(topic, activity)))
+        Stream.runForEach(storedBetween(readOf(conversationId), CATCH_UP_PAGE, last, below), (activity) => publishNext(topic, activity)))
 
     // `last` moves before the publish: a listener that subscribes in between reads the activity
     // from the table (it is committed) instead of missing it in both places. Both are one step: an
@@ -230,7 +228,7 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
         const live = yield* PubSub.subscribe(topic.pubsub)
         const upTo = yield* Ref.get(topic.last)
         // Stored up to what the topic had published when subscribed; live from there on.
-        return inSeqOrder({ fromSeq, storedBelow: upTo + 1, live: Stream.fromQueue(live), read: readOf(conversationId), page: PAGE })
+        return inSeqOrder({ fromSeq, storedBelow: upTo + 1, live: Stream.fromQueue(live), read: readOf(conversationId), page: CATCH_UP_PAGE })
       })).pipe(Stream.catchAll(() => Stream.fail(databaseUnavailable())))
 
     return { subscribe } as const
