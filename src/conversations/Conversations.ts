@@ -301,7 +301,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
         readonly keyCheck?: KeyCheck | undefined
       }
     ) => {
-      // On every append: combinators, not a generator (each `Effect.gen` costs about 2 µs).
+      // On every append: combinators, not a generator (ADR 0006).
       const key = options.idempotencyKey
       const checkedAndWritten = Effect.suspend(() => {
         const checking = checkActivity(input)

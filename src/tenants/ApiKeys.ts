@@ -92,7 +92,7 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
       })
 
     // Every request of the tenant API authenticates: the requests that arrive while one lookup
-    // is in flight share the next (one at a time makes the largest batches; measured best).
+    // is in flight share the next (one at a time makes the largest batches: ADR 0006).
     const lookUp = yield* makeBatcher({
       maxBatch: LOOKUP_BATCH_MAX,
       concurrency: 1,
