@@ -4,11 +4,9 @@ import { ConfigError, Duration, Effect, Layer, Option } from "effect"
 import { isIP } from "node:net"
 import { AppConfig } from "../src/config/AppConfig.js"
 import { DatabasePool } from "../src/db/Database.js"
-import { HostResolver } from "../src/delivery/HostResolver.js"
+import { HostResolver, LOOKUP_BOUND } from "../src/delivery/HostResolver.js"
 import { SerialReservationsLive } from "../src/db/SerialReservations.js"
 import { oneNodeAtATime } from "../src/db/SetupLock.js"
-
-const RESOLVE_TIMEOUT = Duration.seconds(5)
 
 /**
  * Where the runner listens, given the advertised host and, for a name, the addresses it resolves
@@ -24,17 +22,12 @@ export const runnerListenHost = (host: string, addresses: ReadonlyArray<string>)
  * address stops the start, naming the variable: listening anywhere else would expose the port.
  */
 const lookUpListenHost = Effect.fn("ClusterLive.lookUpListenHost")(function*(host: string) {
-  const resolved = isIP(host) === 0
-    ? yield* (yield* HostResolver).resolve(host).pipe(
-      Effect.timeout(RESOLVE_TIMEOUT),
-      Effect.orElseSucceed((): ReadonlyArray<string> => [])
-    )
-    : []
+  const resolved = yield* (yield* HostResolver).resolve(host)
   const listenHost = yield* Option.match(runnerListenHost(host, resolved), {
     onNone: () =>
       Effect.fail(ConfigError.InvalidData(
         ["CLUSTER_RUNNER_HOST"],
-        `${host} has no address (looked up for ${Duration.format(RESOLVE_TIMEOUT)}); the runner listens on that address only`
+        `${host} has no address (looked up for ${Duration.format(LOOKUP_BOUND)}); the runner listens on that address only`
       )),
     onSome: Effect.succeed
   })

@@ -7,7 +7,7 @@ import { ConversationClosed, InvalidMessage, NotFound, Unauthorized, Unavailable
 import { TenantId } from "../src/domain/Tenant.js"
 
 /** Appends one activity; re-sending the same draft id or idempotency key returns the stored one. */
-export const Append = Rpc.make("Append", {
+const Append = Rpc.make("Append", {
   payload: {
     tenantId: TenantId,
     draft: ActivityDraft,
@@ -27,7 +27,7 @@ export const Append = Rpc.make("Append", {
  * Closes or reopens. A real transition appends a `conversationUpdate` from `system`; otherwise
  * nothing changes. `idleSince` makes a close conditional: only if nothing happened after it.
  */
-export const SetStatus = Rpc.make("SetStatus", {
+const SetStatus = Rpc.make("SetStatus", {
   payload: {
     tenantId: TenantId,
     status: Schema.Literal("active", "closed"),
@@ -41,7 +41,7 @@ export const SetStatus = Rpc.make("SetStatus", {
 })
 
 /** Every activity with seq above `fromSeq`: stored ones first, then live ones, in seq order. */
-export const Subscribe = Rpc.make("Subscribe", {
+const Subscribe = Rpc.make("Subscribe", {
   payload: { fromSeq: Schema.NonNegativeInt },
   success: Activity,
   error: Unavailable,

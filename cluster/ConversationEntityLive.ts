@@ -2,6 +2,7 @@ import { Entity } from "@effect/cluster"
 import { Duration, Effect, Fiber, Random, Stream } from "effect"
 import { AppConfig } from "../src/config/AppConfig.js"
 import { Unavailable } from "../src/domain/ApiError.js"
+import { MOVED_RETRY_MS } from "../src/conversations/ConversationCore.js"
 import { conversationIdOf } from "../src/domain/Conversation.js"
 import { ConversationCores } from "../src/conversations/ConversationCores.js"
 import { ConversationEntity } from "./ConversationEntity.js"
@@ -12,7 +13,11 @@ import { ConversationEntity } from "./ConversationEntity.js"
  */
 export const moved = () =>
   Effect.fail(
-    new Unavailable({ message: "the conversation moved to another node, retry", reason: "cluster_unavailable", retry_after_ms: 250 })
+    new Unavailable({
+      message: "the conversation moved to another node, retry",
+      reason: "cluster_unavailable",
+      retry_after_ms: MOVED_RETRY_MS
+    })
   )
 
 /**

@@ -64,7 +64,7 @@ const program = Effect.gen(function*() {
     ))
 )
 
-// A variable set to nothing or blanks counts as unset (README). Libraries that read the
+// A variable set to nothing or blanks counts as unset (docs/configuration.md). Libraries that read the
 // environment themselves see it the same way: the cluster reads HOST and PORT, and an empty HOST
 // stopped the node.
 for (const [name, value] of Object.entries(process.env)) {

@@ -234,7 +234,7 @@ describe.each([{ way: "lean route", lean: true }, { way: "router only", lean: fa
               expectError(yield* post(over), 422, "invalid_message", fieldDetails(field), `${field} one over the limit, ${way}`)
               expect(yield* storedState(conversationId)).toEqual(before)
             }
-            // An attachment is measured as stored (README): keys that are dropped do not count.
+            // An attachment is measured as stored (docs/api-notes.md): keys that are dropped do not count.
             const padded = yield* post({ attachments: [{ ...attachment(4_096), dropped: "x".repeat(1_000) }] })
             expect(padded.status, way).toBe(201)
             expect(padded.body.data.attachments).toEqual([attachment(4_096)])

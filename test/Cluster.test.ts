@@ -112,7 +112,7 @@ const survivesLoss = (stop: (node: NodeProcess) => Effect.Effect<void>) =>
     const firstAfter = Math.min(...after.map((x) => x.at))
     expect(Number.isFinite(firstAfter)).toBe(true)
     // Each one writable again within the configured failover: a crash waits out the shard lock,
-    // twice its expiration at most (README); as much again is room for a slow host, not a target.
+    // twice its expiration at most (docs/operations.md); as much again is room for a slow host, not a target.
     const lastWritable = Math.max(...owned.map((id) => Math.min(...after.filter((x) => x.conversationId === id).map((x) => x.at))))
     console.log(`failover: conversations of the stopped node were writable again after ${firstAfter - stoppedAt} ms (the last after ${lastWritable - stoppedAt} ms)`)
     expect(lastWritable - stoppedAt).toBeLessThan(4 * Number(LOCK_EXPIRATION_MS))

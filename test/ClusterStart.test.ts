@@ -112,7 +112,7 @@ describe.skipIf(serverUrl === undefined)("cluster start", () => {
       expect(output).toContain("invalid configuration: CLUSTER_RUNNER_HOST: parley-no-such-node.invalid has no address")
     }).pipe(Effect.scoped, Effect.provide(TestDatabaseLive)), 120_000)
 
-  // A variable set to nothing takes its default (README); the cluster must not read HOST itself.
+  // A variable set to nothing takes its default (docs/configuration.md); the cluster must not read HOST itself.
   it.live("a node starts with HOST set to nothing", () =>
     Effect.gen(function*() {
       const db = yield* TestDatabase

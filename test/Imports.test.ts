@@ -30,6 +30,16 @@ describe("Imports", () => {
       expect(offenders).toEqual([])
     }))
 
+  it.effect("src/db/ imports none of the folders that build on it", () =>
+    Effect.sync(() => {
+      const above = ["channels", "conversations", "delivery", "http", "ops", "ratelimit", "realtime", "routing", "tenants"]
+        .map((folder) => join("src", folder))
+      const offenders = filesUnder(join("src", "db"), ".ts").filter((file) =>
+        foldersImportedBy(file).some((imported) => above.some((folder) => within(folder)(imported)))
+      )
+      expect(offenders).toEqual([])
+    }))
+
   // ADR 0007: the package index evaluates HttpApiScalar and HttpApiSwagger, ~20 MiB of bundled UI strings.
   it.effect("the server imports @effect/platform modules by path, never the package index", () =>
     Effect.sync(() => {

@@ -7,7 +7,7 @@ import { TenantId } from "../domain/Tenant.js"
 import { hashCredential } from "./Credential.js"
 
 /** The channel a channel secret belongs to, with the states that decide whether it may be used. */
-export const ChannelOfSecret = Schema.Struct({
+const ChannelOfSecret = Schema.Struct({
   id: ChannelId,
   tenant_id: TenantId,
   status: Schema.Literal("active", "inactive"),

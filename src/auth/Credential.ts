@@ -3,12 +3,18 @@ import { createHash, hash, randomInt, timingSafeEqual } from "node:crypto"
 const BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 /** The credential kinds of CONTRACT.md §2 with their prefixes and random lengths. */
-export const CredentialKind = {
+const CredentialKind = {
   apiKey: { prefix: "ck_", length: 40 },
   channelSecret: { prefix: "cs_", length: 40 },
   publishableKey: { prefix: "pk_", length: 32 }
 } as const
 export type CredentialKind = keyof typeof CredentialKind
+
+/** Characters of a key shown to identify it (`prefix`, CONTRACT.md §2): its kind's prefix and 8 more. */
+const SHOWN_PREFIX_LENGTH = 11
+
+/** The start of a key that identifies it without revealing it. */
+export const shownPrefix = (credential: string): string => credential.slice(0, SHOWN_PREFIX_LENGTH)
 
 /** A fresh credential: prefix plus uniformly random base62 characters. */
 export const generateCredential = (kind: CredentialKind): string => {
@@ -37,9 +43,3 @@ export const hashCredentialHex = (credential: string): string => hash("sha256", 
 /** Compares two secrets in time independent of where they differ (and of their lengths). */
 export const constantTimeEquals = (a: string, b: string): boolean =>
   timingSafeEqual(hashCredential(a), hashCredential(b))
-
-/** Compares a presented credential with a stored hash in constant time. */
-export const matchesHash = (credential: string, stored: Uint8Array): boolean => {
-  const presented = hashCredential(credential)
-  return stored.length === presented.length && timingSafeEqual(presented, stored)
-}

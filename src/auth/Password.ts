@@ -29,7 +29,7 @@ export const passwordViolations = (password: string, email: string): ReadonlyArr
 }
 
 /** argon2 refused to hash: bad parameters or no memory, never the caller's fault. */
-export class PasswordHashFailed extends Data.TaggedError("PasswordHashFailed")<{ readonly cause: unknown }> {}
+class PasswordHashFailed extends Data.TaggedError("PasswordHashFailed")<{ readonly cause: unknown }> {}
 
 // `Algorithm.Argon2id` is a const enum: unreadable under isolatedModules and `{}` at runtime.
 const ARGON2ID = 2

@@ -10,10 +10,10 @@ export interface CheckedConfig {
 }
 
 /** Largest config accepted, as UTF-8 JSON. */
-export const MAX_CONFIG_BYTES = 65_536
+const MAX_CONFIG_BYTES = 65_536
 
 /** Webhook defaults and bounds of server-apis.md ("webhook channel config"). */
-export const WEBHOOK_LIMITS = {
+const WEBHOOK_LIMITS = {
   connect_timeout: { min: 1, max: 30_000, default: 5_000 },
   receive_timeout: { min: 1, max: 60_000 },
   max_response_bytes: { min: 1, max: 10_485_760, default: 1_048_576 }
@@ -143,7 +143,7 @@ const nats = (config: JsonObject, report: Report): CheckedConfig => {
  * are kept), webhook defaults are filled in. `echo`, `websocket`, `http_pull` and `email` accept any
  * object.
  */
-export const checkConfig = (
+const checkConfig = (
   type: ChannelType,
   config: JsonObject,
   requireSignature: boolean,

@@ -11,11 +11,11 @@ import { Conflict, NotFound } from "../domain/ApiError.js"
 import {
   Channel,
   ChannelId,
-  CHANNEL_LIST_LIMIT,
   type ChannelInput,
   DEFAULT_RETRY_POLICY,
   StoredRetryPolicy
 } from "../domain/Channel.js"
+import { LOOKUP_LIMIT } from "../domain/LookupLimit.js"
 import { redactObject } from "../domain/Redaction.js"
 import { TenantId } from "../domain/Tenant.js"
 import { checkIfMatch, etagOf } from "../domain/Version.js"
@@ -94,7 +94,7 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
       Result: ChannelRow,
       execute: (tenantId) =>
         sql`SELECT ${sql.literal(CHANNEL_COLUMNS)} FROM channels WHERE tenant_id = ${tenantId}
-            ORDER BY name, id LIMIT ${CHANNEL_LIST_LIMIT}`
+            ORDER BY name, id LIMIT ${LOOKUP_LIMIT}`
     })
 
     const insertChannel = SqlSchema.single({
@@ -145,7 +145,7 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
         }).pipe(inTransaction(sql))
       }).pipe(orUnavailable)
 
-    /** The tenant's channels by name, at most `CHANNEL_LIST_LIMIT`. */
+    /** The tenant's channels by name, at most `LOOKUP_LIMIT`. */
     const list = (tenantId: TenantId) => listChannels(tenantId).pipe(Effect.map((rows) => rows.map(toChannel)), orUnavailable)
 
     const get = (tenantId: TenantId, id: ChannelId) => load(tenantId, id, false).pipe(Effect.map(toChannel), orUnavailable)

@@ -1,13 +1,14 @@
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
 import type { Actor } from "../auth/Actor.js"
-import { generateCredential, hashCredential } from "../auth/Credential.js"
+import { generateCredential, hashCredential, shownPrefix } from "../auth/Credential.js"
 import { AuditLog } from "../db/AuditLog.js"
 import { ParentRows } from "../db/ParentRows.js"
 import { orUnavailable } from "../db/SqlFailure.js"
 import { inTransaction } from "../db/Transaction.js"
 import { NotFound } from "../domain/ApiError.js"
 import { ChannelId } from "../domain/Channel.js"
+import { LOOKUP_LIMIT } from "../domain/LookupLimit.js"
 import { Problems } from "../domain/Problems.js"
 import { sameJson } from "../domain/SameJson.js"
 import {
@@ -21,8 +22,6 @@ import {
 import { TenantId } from "../domain/Tenant.js"
 
 const KEY_COLUMNS = "id, channel_id, name, prefix, allowed_origins, status, inserted_at, updated_at"
-const PREFIX_LENGTH = 11
-const LIST_LIMIT = 1000
 
 const isStatus = Schema.is(PublishableKeyStatus)
 
@@ -57,7 +56,7 @@ const checkOrigins = (origins: ReadonlyArray<string>, problems: Problems, patch:
 /** A fresh key: the raw value (returned once) and what is stored of it. */
 const freshKey = () => {
   const key = generateCredential("publishableKey")
-  return { key, prefix: key.slice(0, PREFIX_LENGTH), hash: hashCredential(key) }
+  return { key, prefix: shownPrefix(key), hash: hashCredential(key) }
 }
 
 /** Publishable keys of a tenant's channels (CONTRACT.md §3). Only hashes are stored. */
@@ -73,7 +72,7 @@ export class PublishableKeys extends Effect.Service<PublishableKeys>()("parley/P
       execute: ({ channelId, tenantId }) =>
         sql`SELECT ${sql.literal(KEY_COLUMNS)} FROM publishable_keys
             WHERE tenant_id = ${tenantId} AND channel_id = ${channelId}
-            ORDER BY inserted_at, id LIMIT ${LIST_LIMIT}`
+            ORDER BY inserted_at, id LIMIT ${LOOKUP_LIMIT}`
     })
 
     const insertKey = SqlSchema.single({

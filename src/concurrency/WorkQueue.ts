@@ -7,9 +7,8 @@ import { Effect, Exit, FiberId } from "effect"
 export type Reply<A, E> = (exit: Exit.Exit<A, E>) => void
 
 /**
- * Waits for the reply that `register` hands on (to a queue's consumer). This is `Effect.async`
- * with no `Deferred`: the append path creates several per request, and each `Deferred` copies
- * Effect's whole prototype (measured: the largest single cost of a local append).
+ * Waits for the reply that `register` hands on (to a queue's consumer): `Effect.async` with no
+ * `Deferred`, which the append path would create several of per request (ADR 0006).
  */
 export const awaitReply = <A, E>(register: (reply: Reply<A, E>) => void): Effect.Effect<A, E> =>
   Effect.async<A, E>((resume) => register(replyOnce(resume)))

@@ -12,16 +12,16 @@ import { batchStatement, encodeRows, type EncodedRows, storedActivity, type Writ
 export class SeqTaken extends Data.TaggedError("SeqTaken")<{ readonly conversationId: string }> {}
 
 /** The database refused or could not take the write; nothing of the group was stored. */
-export class WriteFailed extends Data.TaggedError("WriteFailed")<{ readonly cause: SqlError }> {}
+class WriteFailed extends Data.TaggedError("WriteFailed")<{ readonly cause: SqlError }> {}
 
 /** An idempotency key of the group is already stored in its conversation; nothing was written. */
-export class KeyTaken extends Data.TaggedError("KeyTaken")<{ readonly conversationId: string }> {}
+class KeyTaken extends Data.TaggedError("KeyTaken")<{ readonly conversationId: string }> {}
 
 /** The group's deadline passed before a statement could take it; nothing of it was stored. */
-export class TooLate extends Data.TaggedError("TooLate")<{}> {}
+class TooLate extends Data.TaggedError("TooLate")<{}> {}
 
 /** An API key the group was to check is no longer valid (revoked, expired, its tenant not active); nothing was written. */
-export class KeyNoLongerValid extends Data.TaggedError("KeyNoLongerValid")<{}> {}
+class KeyNoLongerValid extends Data.TaggedError("KeyNoLongerValid")<{}> {}
 
 interface Pending {
   readonly group: WriteGroup
@@ -36,18 +36,13 @@ const MAX_CLOCK_SKEW_MS = 1_000
 /** Groups written in one statement at the most; more wait for the next one. */
 const MAX_GROUPS_PER_TRANSACTION = 128
 /**
- * The JSON one statement carries at the most, in UTF-16 code units (about bytes); a larger group
- * goes alone. Without it, a batch of activities near their size limits (about 250 kB each, twice
- * that with a delivery) outlasted the statement timeout and failed whole, the next one alike: one
- * client sending large activities stopped every append of the node. 8 MiB takes about 0.2 s.
+ * The JSON one statement carries at the most, in UTF-16 code units (about bytes); a larger group goes
+ * alone, so that large activities cannot make a batch outlast the statement timeout (ADR 0004).
  */
 export const MAX_STATEMENT_JSON = 8 * 1024 * 1024
 /**
- * Batch statements in flight at once at the most; each holds one pool connection. One statement
- * at a time makes the largest batches, which cost least per append (measured: a second statement
- * always in flight took 15-20 % more node CPU per append). A second one starts only once the
- * first has run `SECOND_WRITER_AFTER_MS`, so that appends keep moving while a statement waits on
- * a lock or a stalled connection.
+ * Batch statements in flight at the most: one makes the largest, cheapest batches (ADR 0006); a second
+ * starts once the first has run `SECOND_WRITER_AFTER_MS`, so a statement stuck on a lock stops no append.
  */
 const WRITERS = WRITER_CONNECTIONS
 const SECOND_WRITER_AFTER_MS = 20

@@ -28,10 +28,13 @@ import {
   roundSize,
   type StatusCommand
 } from "./RoundDecision.js"
-import { inSeqOrder, livePubSub } from "./SeqFollower.js"
+import { CATCH_UP_PAGE, inSeqOrder, livePubSub } from "./SeqFollower.js"
+
+/** A moved conversation has its new owner within moments: callers try again this much later. */
+export const MOVED_RETRY_MS = 250
 
 /** This node no longer owns the conversation's shard: the caller goes through the cluster. */
-export class Moved extends Data.TaggedError("Moved")<{}> {}
+class Moved extends Data.TaggedError("Moved")<{}> {}
 
 type AppendError = NotFound | ConversationClosed | InvalidMessage | Unavailable | WriteOutcomeUnknown | Unauthorized | Moved
 type AppendDone = Reply<Activity, AppendError>
@@ -42,7 +45,6 @@ type Command = (AppendCommand & { readonly done: AppendDone }) | (StatusCommand 
 
 /** How often a round is retried after another writer moved the head (two owners for a moment). */
 const MAX_CONFLICT_RETRIES = 5
-const REPLAY_PAGE = 500
 /** How long a round's read may take when its commands' deadlines have passed already. */
 const LATE_READ_MS = 1000
 
@@ -60,7 +62,7 @@ const NO_IDS: ReadonlySet<string> = new Set()
 export const makeConversationCore = (conversationId: ConversationId, isOwned: () => boolean, onMissing: () => void) =>
   Effect.gen(function*() {
     const writer = yield* ActivityWriter
-    const store = yield* ActivityRepo
+    const activityRepo = yield* ActivityRepo
     const states = yield* ConversationStateRepo
     // Made for the first stream: most conversations never have one, and the buffer takes memory.
     let live: PubSub.PubSub<Activity> | undefined
@@ -207,12 +209,12 @@ export const makeConversationCore = (conversationId: ConversationId, isOwned: ()
       // waits for the conversation's row first, and if it cannot, that draft's outcome is unknown.
       const late = commands.some((c) => c.deadline < now)
       const lookup = late
-        ? store.findSettled(current.tenant_id, conversationId, ids, keys)
-        : store.findExisting(current.tenant_id, conversationId, ids, keys)
+        ? activityRepo.findSettled(current.tenant_id, conversationId, ids, keys)
+        : activityRepo.findExisting(current.tenant_id, conversationId, ids, keys)
       // With edits or reactions, their targets are read at the same time as the drafts.
       const reads = targets.length === 0
         ? Effect.map(lookup, (found) => [found, NO_IDS] as const)
-        : Effect.zip(lookup, store.deletedAmong(conversationId, targets), { concurrent: true })
+        : Effect.zip(lookup, activityRepo.deletedAmong(conversationId, targets), { concurrent: true })
       return Effect.flatMap(Effect.either(readFor(commands, reads)), (read) =>
         Either.isLeft(read)
           // Nothing was written now, but a late append may have been before, and so may any
@@ -264,8 +266,8 @@ export const makeConversationCore = (conversationId: ConversationId, isOwned: ()
         return inSeqOrder({
           fromSeq,
           live: Stream.fromQueue(subscription),
-          read: (after, limit) => store.readAfter(conversationId, after, limit),
-          page: REPLAY_PAGE
+          read: (after, limit) => activityRepo.readAfter(conversationId, after, limit),
+          page: CATCH_UP_PAGE
         }).pipe(
           Stream.catchAll(() => Stream.fail(databaseUnavailable()))
         )

@@ -15,7 +15,7 @@ const SWEEP_EVERY = Duration.minutes(1)
  * (no stream open, no command waiting or running). Busy ones are never dropped: when every core is
  * busy the new one starts anyway, and later starts bring the count back down as cores fall idle.
  */
-export const MAX_RUNNING_CORES = 10_000
+const MAX_RUNNING_CORES = 10_000
 
 interface Running {
   readonly core: ConversationCore
@@ -36,7 +36,7 @@ export class ConversationCores extends Effect.Service<ConversationCores>()("parl
   scoped: (maxRunning: number = MAX_RUNNING_CORES) => Effect.gen(function*() {
     const sharding = yield* Sharding.Sharding
     const writer = yield* ActivityWriter
-    const store = yield* ActivityRepo
+    const activityRepo = yield* ActivityRepo
     const states = yield* ConversationStateRepo
     const jobs = yield* JobRunner
     const scope = yield* Effect.scope
@@ -120,7 +120,7 @@ export class ConversationCores extends Effect.Service<ConversationCores>()("parl
               ).pipe(
                 Scope.extend(child),
                 Effect.provideService(ActivityWriter, writer),
-                Effect.provideService(ActivityRepo, store),
+                Effect.provideService(ActivityRepo, activityRepo),
                 Effect.provideService(ConversationStateRepo, states)
               )
               running.set(conversationId, { core, shardId, scope: child, lastUsed: performance.now() })

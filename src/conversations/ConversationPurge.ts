@@ -5,11 +5,7 @@ import { JobRunner } from "../ops/JobRunner.js"
 
 /** Activities (and their deliveries) deleted per statement: short transactions, bounded WAL. */
 const CHUNK = 1000
-/**
- * Queued conversations one statement takes: small conversations are purged many at a time (one per
- * statement, a tenant of 100,000 short conversations took 100,000 statements), while a statement
- * still reads at most `CHUNK` activities of each.
- */
+/** Queued conversations one statement takes: small ones are purged many at a time (ADR 0008). */
 const TARGETS = 50
 /** Chunks per run, so one run of a large backlog does not hold the job for long. */
 const CHUNKS_PER_RUN = 200

@@ -24,7 +24,7 @@ import {
   refusedOnDeletedTarget
 } from "./ActivityRules.js"
 import { ActivityRepo } from "./ActivityRepo.js"
-import type { ConversationCore } from "./ConversationCore.js"
+import { type ConversationCore, MOVED_RETRY_MS } from "./ConversationCore.js"
 import { ConversationCores } from "./ConversationCores.js"
 import { type AppendRequest, ConversationOwners } from "./ConversationOwners.js"
 import { ConversationRepo, type ListFilter } from "./ConversationRepo.js"
@@ -89,8 +89,9 @@ const lookUpSettled = <A, E>(deadline: number, lookUp: Effect.Effect<A, E>) =>
     )
   )
 
-/** The pause before an append whose owner let go of its shard is sent again. */
-const MOVED_RESEND_MS = 250
+/** `x-idempotency-key` is 1 to this many characters. */
+const MAX_IDEMPOTENCY_KEY_CHARS = 255
+const IDEMPOTENCY_KEY_REFUSED = `x-idempotency-key must be 1 to ${MAX_IDEMPOTENCY_KEY_CHARS} characters`
 
 const notFound = (id: ConversationId) => new NotFound({ message: `conversation ${id} not found` })
 
@@ -116,7 +117,7 @@ export type ActivityPage = { readonly items: ReadonlyArray<Activity>; readonly w
 export class Conversations extends Effect.Service<Conversations>()("parley/Conversations", {
   effect: Effect.gen(function*() {
     const repo = yield* ConversationRepo
-    const store = yield* ActivityRepo
+    const activityRepo = yield* ActivityRepo
     const owners = yield* ConversationOwners
     const cores = yield* ConversationCores
 
@@ -140,7 +141,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
       // the same key and a write of it in flight are then as unknown as a missing conversation.
       lookUpSettled(
         request.deadline,
-        store.findSettled(
+        activityRepo.findSettled(
           request.tenantId,
           conversationId,
           [request.draft.id],
@@ -183,7 +184,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
       deadline: number,
       notStored: () => Unavailable
     ): Effect.Effect<void, Unavailable | OutcomeUnknown> =>
-      lookUpSettled(deadline, store.statusSettled(tenantId, conversationId)).pipe(
+      lookUpSettled(deadline, activityRepo.statusSettled(tenantId, conversationId)).pipe(
         Effect.flatMap((found): Effect.Effect<void, Unavailable | OutcomeUnknown> =>
           Option.isNone(found)
             ? Effect.fail(
@@ -213,10 +214,10 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
             // lost before wrote this draft (a crash re-send): that answer must not be a 503. Past the
             // deadline `cluster_unavailable` is a late arrival, looked up and not found: final.
             Effect.retry({
-              schedule: Schedule.spaced(MOVED_RESEND_MS),
+              schedule: Schedule.spaced(MOVED_RETRY_MS),
               while: (error) =>
                 error._tag === "Unavailable" && error.reason === "cluster_unavailable" &&
-                Date.now() + MOVED_RESEND_MS < request.deadline
+                Date.now() + MOVED_RETRY_MS < request.deadline
             })
           ),
           answerWithinMs(),
@@ -276,7 +277,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
           if (modifies && target.sender !== checked.sender) return refuse("cannot edit or delete someone else's message")
           if (target.deleted && refusedOnDeletedTarget(checked.type)) {
             const deleted = refuse(DELETED_TARGET)
-            return key === null ? deleted : store.findExisting(tenantId, conversationId, [], [key]).pipe(
+            return key === null ? deleted : activityRepo.findExisting(tenantId, conversationId, [], [key]).pipe(
               orUnavailable,
               Effect.flatMap((stored) => stored.length > 0 ? Effect.succeed(Option.some(stored[0]!)) : deleted)
             )
@@ -303,14 +304,14 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
         readonly keyCheck?: KeyCheck | undefined
       }
     ) => {
-      // On every append: combinators, not a generator (each `Effect.gen` costs about 2 µs).
+      // On every append: combinators, not a generator (ADR 0006).
       const key = options.idempotencyKey
       const checkedAndWritten = Effect.suspend(() => {
         const checking = checkActivity(input)
         if (Either.isLeft(checking)) return Effect.fail(checking.left)
         const checked = checking.right
-        if (key !== null && (key.length === 0 || key.length > 255)) {
-          return Effect.fail(new BadRequest({ message: "x-idempotency-key must be 1 to 255 characters" }))
+        if (key !== null && (key.length === 0 || key.length > MAX_IDEMPOTENCY_KEY_CHARS)) {
+          return Effect.fail(new BadRequest({ message: IDEMPOTENCY_KEY_REFUSED }))
         }
         const check = options.keyCheck
         // Field by field: a spread with fields added takes V8's slow path.
@@ -345,7 +346,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
      */
     const storedUnderKey = (scope: ConversationScope, conversationId: ConversationId, key: string) =>
       get(scope, conversationId, { channels: false }).pipe(
-        Effect.zipRight(store.findExisting(scope.tenantId, conversationId, [], [key]).pipe(orUnavailable)),
+        Effect.zipRight(activityRepo.findExisting(scope.tenantId, conversationId, [], [key]).pipe(orUnavailable)),
         Effect.map((found) => Option.fromNullable<Activity>(found[0])),
         Effect.catchTag("NotFound", () => Effect.succeed(Option.none<Activity>()))
       )
@@ -383,7 +384,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
             after = seq.value
           }
         }
-        const rows = yield* store.readAfter(id, after, limit + 1).pipe(orUnavailable)
+        const rows = yield* activityRepo.readAfter(id, after, limit + 1).pipe(orUnavailable)
         const items = rows.slice(0, limit)
         return {
           items,

@@ -103,7 +103,7 @@ export const appendMayBeStored = (attempt: number, now: number) => (command: Rou
   command._tag === "Append" && (attempt > 0 || command.deadline < now)
 
 /** The `conversationUpdate` a real close or reopen appends, from `system`. */
-export const statusEvent = (status: "active" | "closed", reason: "manual" | "expired"): ActivityDraft => ({
+const statusEvent = (status: "active" | "closed", reason: "manual" | "expired"): ActivityDraft => ({
   id: crypto.randomUUID(),
   type: "conversationUpdate",
   sender: "system",

@@ -7,6 +7,9 @@ import type { Activity } from "../domain/Activity.js"
  */
 export const LIVE_BUFFER = 1024
 
+/** Stored activities one read of a catching-up follower (a replay, a gap fill) asks for. */
+export const CATCH_UP_PAGE = 500
+
 /** Reads up to `limit` stored activities with seq above `after`, oldest first. */
 export type ReadAfter<E> = (after: number, limit: number) => Effect.Effect<ReadonlyArray<Activity>, E>
 

@@ -7,6 +7,8 @@ const COUNTER_CONNECTIONS = 2
 
 /** Every statement of the counters' client is cancelled after this; a decision waits no longer for a read. */
 export const COUNTERS_STATEMENT_MS = 1000
+/** How much longer the client waits for an answer: the server's cancellation arrives first when it can. */
+const ANSWER_MARGIN_MS = 500
 
 /**
  * The rate-limit counters' `SqlClient`: connections of their own, each statement bounded, so a
@@ -21,7 +23,7 @@ export const CountersClientLive = Layer.scoped(
     boundedClient(COUNTER_CONNECTIONS, {
       connectMs: COUNTERS_STATEMENT_MS,
       statementMs: COUNTERS_STATEMENT_MS,
-      queryMs: COUNTERS_STATEMENT_MS + 500
+      queryMs: COUNTERS_STATEMENT_MS + ANSWER_MARGIN_MS
     }),
     ({ client }) => client
   )

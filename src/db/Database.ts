@@ -113,15 +113,9 @@ const ClientLive = Layer.unwrapEffect(Effect.map(DatabasePool, ({ pool }) => cli
 export const SetupClientLive = Layer.unwrapEffect(Effect.map(DatabasePool, ({ setupPool }) => clientLayer(setupPool)))
 
 /**
- * A client of its own `connections` for short statements that reach their rows by key (the activity
- * writer, the rate-limit counters). PostgreSQL cancels a statement after `timeouts.statementMs`; one
- * left without an answer for `timeouts.queryMs` closes its connection, so a stalled backend or link
- * never holds up the next statement. Sequential scans are priced out, so a statement over a small
- * or freshly updated table still goes through its indexes (a scan per write grows with the table,
- * and updated rows leave dead versions to visit); prepared statements keep their generic plan
- * instead of being planned again whenever the values make a custom plan look cheaper. Its pool is
- * returned for metrics. On the embedded database (one session for everything) it is the node's
- * client, unbounded, with no pool of its own.
+ * A client of its own `connections` for short statements that reach their rows by key (the writer,
+ * the counters): each statement bounded by `timeouts`, always through its indexes (ADR 0006). On the
+ * embedded database, the node's client with no pool of its own.
  */
 export const boundedClient = (
   connections: number,

@@ -10,6 +10,8 @@ import { lockDataDir } from "./DataDirLock.js"
  * concurrent transactions would interleave in it: one connection makes the pool serialise them.
  */
 export const EMBEDDED_POOL_SIZE = 1
+/** Connections the socket server takes beyond the pool: with none to spare, a reconnect hangs. */
+const SPARE_CONNECTIONS = 8
 
 const freePort = Effect.async<number, SqlError>((resume) => {
   const server = createServer()
@@ -45,7 +47,7 @@ export const embeddedServer = (dataDir: string) =>
       Effect.tryPromise({
         try: async () => {
           const { PGLiteSocketServer } = await import("@electric-sql/pglite-socket")
-          const server = new PGLiteSocketServer({ db, host: "127.0.0.1", port, maxConnections: EMBEDDED_POOL_SIZE + 8 })
+          const server = new PGLiteSocketServer({ db, host: "127.0.0.1", port, maxConnections: EMBEDDED_POOL_SIZE + SPARE_CONNECTIONS })
           await server.start()
           return server
         },

@@ -1,5 +1,10 @@
 import Pg from "pg"
 
+/** The window the readiness `pool` check and the pool-wait metric average over. */
+export const POOL_WAIT_WINDOW_MS = 5000
+/** Samples kept between two averages at most; past it the older half goes. */
+const MAX_SAMPLES = 10_000
+
 /** Pool wait samples `[finishedAtMs, waitedMs]` of the last few seconds. */
 export interface PoolWaits {
   readonly averageWaitMs: (windowMs: number) => number
@@ -19,7 +24,7 @@ export class MeasuredPool extends Pg.Pool implements PoolWaits {
     this.waiting.delete(checkout)
     const now = performance.now()
     this.samples.push([now, now - startedAt])
-    if (this.samples.length > 10_000) this.samples = this.samples.slice(-5_000)
+    if (this.samples.length > MAX_SAMPLES) this.samples = this.samples.slice(-MAX_SAMPLES / 2)
   }
 
   /** Waits that ended in the window, and those still going on so far: a stuck pool shows too. */

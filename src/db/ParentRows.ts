@@ -13,13 +13,8 @@ import { TenantId } from "../domain/Tenant.js"
 export class TenantGone extends Data.TaggedError("TenantGone")<{ readonly tenantId: TenantId }> {}
 
 /**
- * Locks the parent row a create is about to reference, inside the create's transaction, before the
- * insert. `FOR KEY SHARE` is the lock the insert's foreign-key check would take anyway, taken first
- * and read: a delete of the parent that commits first leaves no row (the create answers as for a
- * missing parent, not with a foreign-key failure, a 503 that no retry can cure), and one that comes
- * later waits until the create has committed. Changes of a row's status take it `FOR UPDATE` first
- * (`Channels`, `Tenants`), which this lock also waits for and holds off, so a status read here stays
- * true until the transaction ends.
+ * Locks the parent row a create will reference (`FOR KEY SHARE`, in its transaction, before the
+ * insert): a delete committed first leaves no row, one coming later waits for the commit (ADR 0012).
  */
 export class ParentRows extends Effect.Service<ParentRows>()("parley/ParentRows", {
   effect: Effect.gen(function*() {

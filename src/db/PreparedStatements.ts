@@ -11,11 +11,8 @@ export const prepared = (name: string) => `/* prepared:${name} */`
 type Query = (config: unknown, values?: unknown, callback?: unknown) => unknown
 
 /**
- * A pg client that runs marked statements as named prepared statements: PostgreSQL parses and
- * plans them once per connection instead of on every call. Only the hot statements are marked
- * (a statement per append batch and per key lookup batch, where planning measured about a third
- * of the database's time); naming every statement would let prepared plans pile up per connection.
- * It also closes itself after a `query_timeout` (below), so that its pool drops it.
+ * A pg client that runs marked statements (the hot ones, ADR 0006) as named prepared statements,
+ * planned once per connection; it closes itself after a `query_timeout` so that its pool drops it.
  */
 export class PreparingClient extends Pg.Client {}
 

@@ -6,12 +6,8 @@ import { DatabasePool } from "./Database.js"
 export const SETUP_LOCK = 7_340_001
 
 /**
- * Builds `layer` while holding a database-wide advisory lock, so nodes started together on a new
- * database set up their tables one after another. Both the migrator (its bookkeeping table) and the
- * cluster's SQL storage create tables outside any lock of their own; racing there, a node died on a
- * duplicate type. The lock is held on a connection of the setup pool (waiting for it is not bound
- * by the statement timeout), only while the layer starts. The embedded database serves one node,
- * which takes no lock.
+ * Builds `layer` under a database-wide advisory lock (on the setup pool: no statement timeout), so
+ * nodes started together set up tables one at a time; racing, a node died on a duplicate type.
  */
 export const oneNodeAtATime = <ROut, E, RIn>(layer: Layer.Layer<ROut, E, RIn>) =>
   Layer.scopedContext(Effect.gen(function*() {

@@ -11,9 +11,6 @@ export const isUniqueViolation = (error: SqlError) => codeOf(error) === "23505"
 /** The statement waited for a lock longer than `lock_timeout` (55P03); it rolled back. */
 export const isLockTimeout = (error: SqlError) => codeOf(error) === "55P03"
 
-/** The statement broke a foreign key (23503). */
-export const isForeignKeyViolation = (error: SqlError) => codeOf(error) === "23503"
-
 /**
  * PostgreSQL refused a value of the statement (class 22, data exception: a NUL character, a date
  * that does not exist, a number out of range). The request carried it, so retrying cannot help.
@@ -29,7 +26,7 @@ const CONNECT_FAILURES = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHO
  * The statement never reached the server: no connection could be had for it (refused, timed out,
  * authentication failed). @effect/sql-pg names a failed checkout in its message, whatever the cause.
  */
-export const isNeverSent = (error: SqlError) =>
+const isNeverSent = (error: SqlError) =>
   error.message.startsWith("Failed to acquire connection") || CONNECT_FAILURES.has(codeOf(error) ?? "")
 
 /**

@@ -10,7 +10,7 @@ const isInfrastructure = (u: unknown): u is Infrastructure =>
   (u._tag === "SqlError" || u._tag === "ParseError" || u._tag === "NoSuchElementException")
 
 /** A value of the request that PostgreSQL refuses to store or compare (see `isDataException`). */
-export const unstorableValue = () => new BadRequest({ message: "the request holds a value that cannot be stored" })
+const unstorableValue = () => new BadRequest({ message: "the request holds a value that cannot be stored" })
 
 /**
  * Maps what a repository can fail with besides domain errors: a statement the database could not

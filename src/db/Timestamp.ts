@@ -14,6 +14,3 @@ export const parseTimestamptz = (text: string): string => {
   const whole = new Date(utcSeconds * 1000).toISOString().slice(0, 19)
   return `${whole}.${(fraction ?? "").padEnd(6, "0")}Z`
 }
-
-/** Milliseconds since the epoch of an ISO timestamp made by `parseTimestamptz`. */
-export const epochMillis = (iso: string): number => Date.parse(iso)

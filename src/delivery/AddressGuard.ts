@@ -5,7 +5,7 @@ import { type Cidr, inRanges, parseCidr } from "../config/NetworkList.js"
 import { HostResolver } from "./HostResolver.js"
 
 /** Why a webhook target was refused. */
-export class AddressRejected extends Data.TaggedError("AddressRejected")<{ readonly reason: string }> {}
+class AddressRejected extends Data.TaggedError("AddressRejected")<{ readonly reason: string }> {}
 
 const IPV4_COMPATIBLE = ipaddr.IPv6.parseCIDR("::/96")
 

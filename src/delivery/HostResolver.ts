@@ -3,7 +3,7 @@ import { lookup, Resolver } from "node:dns/promises"
 import { isIP } from "node:net"
 
 /** Every lookup ends within this: a name whose DNS server never answers is a name that did not resolve. */
-const LOOKUP_BOUND = Duration.seconds(5)
+export const LOOKUP_BOUND = Duration.seconds(5)
 /** c-ares asks each server twice, waiting this long and then twice as long. */
 const QUERY_TIMEOUT_MS = 1000
 const QUERY_TRIES = 2

@@ -24,8 +24,7 @@ const JsonObject = Schema.Record({ key: Schema.String, value: Schema.Unknown })
 
 /**
  * The canonical activity (server-apis.md): the tenant API's shape and the body of outbound webhooks.
- * A plain struct, not a `Schema.Class`: two are made per append, and a class constructor costs
- * microseconds even without validation.
+ * A plain struct, not a `Schema.Class`: two are made per append (ADR 0006).
  */
 export const Activity = Schema.Struct({
   id: Schema.UUID,

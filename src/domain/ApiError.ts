@@ -197,18 +197,22 @@ export class OutcomeUnknown extends Schema.TaggedError<OutcomeUnknown>()("Outcom
   readonly wireDetails = null
 }
 
+/** A 503's `retry_after_ms` is at least this, jittered up to twice that: refused clients do not all return at once. */
+const RETRY_AFTER_MS = 1000
+const jitteredRetryAfterMs = () => RETRY_AFTER_MS + Math.floor(Math.random() * RETRY_AFTER_MS)
+
 /** 503 while a conversation moves between nodes (or its owner is lost): retry after about a second. */
 export const clusterUnavailable = () =>
   new Unavailable({
     message: "the conversation is moving between nodes, retry later",
     reason: "cluster_unavailable",
-    retry_after_ms: 1000 + Math.floor(Math.random() * 1000)
+    retry_after_ms: jitteredRetryAfterMs()
   })
 
-/** 503 for a failed database call: retry after about a second (jittered up to twice that). */
+/** 503 for a failed database call: retry after about a second. */
 export const databaseUnavailable = () =>
   new Unavailable({
     message: "the database is unavailable, retry later",
     reason: "database_unavailable",
-    retry_after_ms: 1000 + Math.floor(Math.random() * 1000)
+    retry_after_ms: jitteredRetryAfterMs()
   })

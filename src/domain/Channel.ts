@@ -20,7 +20,7 @@ export const ChannelStatus = Schema.Literal("active", "inactive")
 export type ChannelStatus = typeof ChannelStatus.Type
 
 /** States of the delivery circuit breaker (server-apis.md "Delivery circuit breaker"). */
-export const CircuitState = Schema.Literal("closed", "open", "half_open", "paused")
+const CircuitState = Schema.Literal("closed", "open", "half_open", "paused")
 
 /** How the delay between delivery attempts grows: doubling, by `base_ms` each time, or constant. */
 export const Backoff = Schema.Literal("exponential", "linear", "fixed")
@@ -36,7 +36,7 @@ export const RetryPolicy = Schema.Struct({
 })
 export type RetryPolicy = typeof RetryPolicy.Type
 
-/** The policy of a channel that did not choose one (documented in the README). */
+/** The policy of a channel that did not choose one (docs/api-notes.md, "Channels"). */
 export const DEFAULT_RETRY_POLICY: RetryPolicy = {
   max_attempts: 8,
   backoff: "exponential",
@@ -91,9 +91,6 @@ export const MAX_TRANSFORMATIONS = 50
 /** A JSON object of free-form settings. */
 export const JsonObject = Schema.Record({ key: Schema.String, value: Schema.Unknown })
 export type JsonObject = typeof JsonObject.Type
-
-/** The channel list is not paginated; it stops here (`lookup_limit`). */
-export const CHANNEL_LIST_LIMIT = 1000
 
 /** A channel as the management API shows it: credential-like config values are `[REDACTED]`. */
 export class Channel extends Schema.Class<Channel>("Channel")({

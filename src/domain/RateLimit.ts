@@ -33,7 +33,7 @@ export const ipBuckets: ReadonlySet<Bucket> = new Set<Bucket>(["publishable_toke
  * The longest window: a year. Windows are aligned to wall-clock time and their bounds stored as
  * milliseconds, so longer ones would only overflow the counters' columns and the `retry-after` header.
  */
-export const MAX_SCALE_MS = 365 * 86_400_000
+const MAX_SCALE_MS = 365 * 86_400_000
 
 /** One fixed window: `limit` events per `scale_ms` milliseconds. */
 export class Window extends Schema.Class<Window>("Window")({

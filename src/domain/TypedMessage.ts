@@ -18,7 +18,7 @@ const Buttons = Schema.Array(Button).pipe(Schema.minItems(1), Schema.maxItems(20
  * Payload schemas of the typed messages Parley knows (docs/typed-messages.md). Other renderer names
  * are accepted with any object payload.
  */
-export const TypedPayloads = {
+const TypedPayloads = {
   buttons: Schema.Struct({ text: optional(Schema.String), buttons: Buttons }),
   card: Schema.Struct({
     title: Label,

@@ -10,6 +10,9 @@ export type Position = Data.TaggedEnum<{
 }>
 export const Position = Data.taggedEnum<Position>()
 
+/** Longer than any watermark form: a longer text is refused before it is decoded. */
+const MAX_WATERMARK_CHARS = 200
+
 /** The text of a Base64 watermark, URL-safe or standard, padded or not, of a whole number of bytes. */
 const decodeBase64Url = (text: string): string | undefined => {
   if (!/^[A-Za-z0-9_\-+/]+={0,2}$/.test(text)) return undefined
@@ -33,7 +36,7 @@ export const decodeWatermark = (input: unknown): Either.Either<Position, string>
       ? Either.right(Position.Seq({ seq: input }))
       : Either.left("a numeric watermark must be a non-negative integer")
   }
-  if (typeof input !== "string" || input.length === 0 || input.length > 200) return Either.left("malformed watermark")
+  if (typeof input !== "string" || input.length === 0 || input.length > MAX_WATERMARK_CHARS) return Either.left("malformed watermark")
   const plain = seqOf(input)
   if (plain !== undefined) return Either.right(Position.Seq({ seq: plain }))
   const decoded = decodeBase64Url(input)
@@ -51,6 +54,3 @@ export const decodeWatermark = (input: unknown): Either.Either<Position, string>
  * a use of the deprecated form even when the position it names is refused.
  */
 export const isOpaqueWatermark = (input: string): boolean => !/^\d+$/.test(input) && Either.isRight(decodeWatermark(input))
-
-/** The opaque form still emitted by the legacy Phoenix `activitySet` frame. */
-export const opaqueWatermark = (seq: number): string => Buffer.from(`seq:${seq}`).toString("base64url")

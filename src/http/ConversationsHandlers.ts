@@ -9,7 +9,7 @@ import { isOpaqueWatermark } from "../domain/Watermark.js"
 import { RateLimiter } from "../ratelimit/RateLimiter.js"
 import { DeprecationWarnings } from "./DeprecationWarnings.js"
 import { CurrentCredential, markDeprecated, requireScope } from "./TenantAuth.js"
-import { decodeCursor, encodeCursor, parseId, parseLimit } from "./Paging.js"
+import { ACTIVITY_PAGE, CONVERSATION_PAGE, decodeCursor, encodeCursor, parseId, parseLimit } from "./Paging.js"
 import { ParleyApi } from "./ParleyApi.js"
 import { RequestArrival } from "./RequestId.js"
 
@@ -40,7 +40,7 @@ export const ConversationsHandlers = HttpApiBuilder.group(ParleyApi, "conversati
       .handle("listActivities", ({ path, urlParams }) =>
         Effect.gen(function*() {
           const credential = yield* requireScope("read")
-          const limit = yield* parseLimit(urlParams.limit, 100, 1000)
+          const limit = yield* parseLimit(urlParams.limit, ACTIVITY_PAGE)
           if (urlParams.watermark !== undefined && isOpaqueWatermark(urlParams.watermark)) {
             yield* markDeprecated
             yield* warnings.warn("opaque watermark", credential.channelId)
@@ -56,7 +56,7 @@ export const ConversationListHandlers = HttpApiBuilder.group(ParleyApi, "convers
     return handlers.handle("list", ({ urlParams }) =>
       Effect.gen(function*() {
         const credential = yield* requireScope("read")
-        const limit = yield* parseLimit(urlParams.limit, 50, 500)
+        const limit = yield* parseLimit(urlParams.limit, CONVERSATION_PAGE)
         const status = urlParams.status ?? null
         if (status !== null && status !== "active" && status !== "closed") {
           return yield* new BadRequest({ message: "status must be active or closed" })

@@ -23,9 +23,11 @@ export const legacyRoutes: ReadonlyArray<RouteSpec> = [
   { method: "POST", path: "/api/v1/conversations" }
 ]
 
+const MAX_USER_ID_CHARS = 256
+
 const TokenRequest = Schema.Struct({
   conversation_id: ConversationId,
-  user_id: Characters(1, 256)
+  user_id: Characters(1, MAX_USER_ID_CHARS)
 })
 
 const CreateConversationRequest = Schema.Struct({
@@ -93,7 +95,7 @@ export const LegacyRoutes = HttpLayerRouter.addAll(Effect.gen(function*() {
     // The user id becomes the sender of what the token's holder posts: unstorable text is refused.
     const body = yield* jsonBody(TokenRequest, (json) => (Predicate.isRecord(json) ? json["user_id"] : undefined)).pipe(
       Effect.catchTag("InvalidBody", () =>
-        Effect.fail(new BadRequest({ message: "conversation_id (a UUID) and user_id (1 to 256 characters) are required" })))
+        Effect.fail(new BadRequest({ message: `conversation_id (a UUID) and user_id (1 to ${MAX_USER_ID_CHARS} characters) are required` })))
     )
     const conversation = yield* conversations.get({ tenantId: channel.tenant_id, channelId: null }, body.conversation_id, { channels: false })
     if (conversation.channel_id !== channel.id) {

@@ -4,15 +4,26 @@ import { decodeExactBase64Url } from "../domain/Base64.js"
 import { parseInstant } from "../domain/Instant.js"
 import { isUuid } from "../domain/Uuid.js"
 
+/** The `limit` of a list: taken when none is asked for, and the most one page holds. */
+export interface PageSize {
+  readonly fallback: number
+  readonly max: number
+}
+
+/** A page of a conversation's activities (server-apis.md "Limits"). */
+export const ACTIVITY_PAGE: PageSize = { fallback: 100, max: 1000 }
+/** A page of the tenant's conversations (server-apis.md, `GET /conversations`). */
+export const CONVERSATION_PAGE: PageSize = { fallback: 50, max: 500 }
+
 /**
- * Reads a `limit` query parameter: default when absent, capped at `max` however many digits it has,
- * 400 when not a positive integer.
+ * Reads a `limit` query parameter: the page's fallback when absent, capped at its max however many
+ * digits it has, 400 when not a positive integer.
  */
-export const parseLimit = (raw: string | undefined, fallback: number, max: number) =>
+export const parseLimit = (raw: string | undefined, page: PageSize) =>
   raw === undefined
-    ? Effect.succeed(fallback)
+    ? Effect.succeed(page.fallback)
     : /^\d+$/.test(raw) && /[1-9]/.test(raw)
-    ? Effect.succeed(Math.min(Number(raw), max))
+    ? Effect.succeed(Math.min(Number(raw), page.max))
     : Effect.fail(new BadRequest({ message: "limit must be a positive integer" }))
 
 /** An opaque keyset cursor of (timestamp, id). */

@@ -2,6 +2,7 @@ import { Sharding, ShardId } from "@effect/cluster"
 import { Effect, Layer, Runtime } from "effect"
 import { ConversationCores } from "../conversations/ConversationCores.js"
 import { DatabasePool } from "../db/Database.js"
+import { POOL_WAIT_WINDOW_MS } from "../db/MeasuredPool.js"
 import { Lifecycle } from "./Lifecycle.js"
 import { Metrics } from "./Metrics.js"
 
@@ -24,8 +25,8 @@ export const NodeMetricsLive = Layer.effectDiscard(
     metrics.gauge("parley_db_pool_waiting_requests", "Requests waiting for a pool connection", () => pool.waitingCount)
     metrics.gauge(
       "parley_db_pool_wait_seconds_avg",
-      "Average pool checkout wait over the last 5 s",
-      () => pool.averageWaitMs(5000) / 1000
+      `Average pool checkout wait over the last ${POOL_WAIT_WINDOW_MS / 1000} s`,
+      () => pool.averageWaitMs(POOL_WAIT_WINDOW_MS) / 1000
     )
     metrics.gauge("parley_draining", "1 while the node drains", () => (draining ? 1 : 0))
     metrics.gauge("parley_cluster_shards_owned", "Shards this node owns", () => {

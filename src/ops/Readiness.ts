@@ -2,6 +2,7 @@ import { SqlClient } from "@effect/sql"
 import { Duration, Effect, Exit, Ref } from "effect"
 import { AppConfig } from "../config/AppConfig.js"
 import { DatabasePool } from "../db/Database.js"
+import { POOL_WAIT_WINDOW_MS } from "../db/MeasuredPool.js"
 import { migrations } from "../db/Migrations.js"
 import { JobRunner } from "./JobRunner.js"
 import { Lifecycle } from "./Lifecycle.js"
@@ -21,10 +22,8 @@ export interface ReadinessReport {
   readonly reasons: ReadonlyArray<string>
 }
 
-const POOL_WINDOW_MS = 5000
-
 /**
- * The `pool` check: checkouts that waited `limitMs` or more on average over the last 5 s make the
+ * The `pool` check: checkouts that waited `limitMs` or more on average over `POOL_WAIT_WINDOW_MS` make the
  * node `degraded`; a limit of 0 turns the check off.
  */
 export const poolCheck = (averageWaitMs: number, limitMs: number): Check =>
@@ -83,7 +82,7 @@ export class Readiness extends Effect.Service<Readiness>()("parley/Readiness", {
         oban: running ? "ok" : "error",
         draining: draining ? "error" : "ok",
         migrations: migrationsCheck,
-        pool: poolCheck(pool.averageWaitMs(POOL_WINDOW_MS), readinessPoolWaitMs)
+        pool: poolCheck(pool.averageWaitMs(POOL_WAIT_WINDOW_MS), readinessPoolWaitMs)
       } as const
       const reasons = Object.entries(checks).filter(([, v]) => v === "error").map(([k]) => k)
       const status: ReadinessReport["status"] = reasons.length === 0

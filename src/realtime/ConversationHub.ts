@@ -1,13 +1,11 @@
 import { Data, Duration, Effect, ExecutionStrategy, Exit, Fiber, PubSub, Ref, Runtime, Scope, Stream } from "effect"
 import { ActivityRepo } from "../conversations/ActivityRepo.js"
 import { ConversationOwners } from "../conversations/ConversationOwners.js"
-import { inSeqOrder, livePubSub, type ReadAfter, storedBetween } from "../conversations/SeqFollower.js"
+import { CATCH_UP_PAGE, inSeqOrder, livePubSub, type ReadAfter, storedBetween } from "../conversations/SeqFollower.js"
 import type { Activity } from "../domain/Activity.js"
 import { databaseUnavailable, type Unavailable } from "../domain/ApiError.js"
 import type { ConversationId } from "../domain/Conversation.js"
 import { JobRunner } from "../ops/JobRunner.js"
-
-const PAGE = 500
 
 class UpstreamResent extends Data.TaggedError("UpstreamResent") {}
 /**
@@ -49,7 +47,7 @@ type Feed = Pick<Topic, "pubsub" | "last" | "publishing" | "announced">
  */
 export class ConversationHub extends Effect.Service<ConversationHub>()("parley/ConversationHub", {
   scoped: Effect.gen(function*() {
-    const store = yield* ActivityRepo
+    const activityRepo = yield* ActivityRepo
     const owners = yield* ConversationOwners
     const jobs = yield* JobRunner
     const hubScope = yield* Effect.scope
@@ -62,12 +60,12 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
     const lock = yield* Effect.makeSemaphore(1)
 
     const readOf = (conversationId: ConversationId): ReadAfter<unknown> => (after, limit) =>
-      store.readAfter(conversationId, after, limit)
+      activityRepo.readAfter(conversationId, after, limit)
 
     /** Publishes stored activities above the topic's last seq (up to `below`, exclusive, if given). */
     const fillFromTable = (conversationId: ConversationId, topic: Feed, below?: number) =>
       Effect.flatMap(Ref.get(topic.last), (last) =>
-        Stream.runForEach(storedBetween(readOf(conversationId), PAGE, last, below), (activity) => publishNext(topic, activity)))
+        Stream.runForEach(storedBetween(readOf(conversationId), CATCH_UP_PAGE, last, below), (activity) => publishNext(topic, activity)))
 
     // `last` moves before the publish: a listener that subscribes in between reads the activity
     // from the table (it is committed) instead of missing it in both places. Both are one step: an
@@ -150,7 +148,7 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
       const open = [...topics]
       for (let i = 0; i < open.length; i += GAP_CHECK_BATCH) {
         const batch = open.slice(i, i + GAP_CHECK_BATCH)
-        const heads = yield* store.headsOf(batch.map(([id]) => id))
+        const heads = yield* activityRepo.headsOf(batch.map(([id]) => id))
         yield* Effect.forEach(batch, ([id, topic]) =>
           Effect.gen(function*() {
             const head = heads.get(id) ?? 0
@@ -185,9 +183,9 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
      * the head a new topic starts from is read before taking it (again, if the topic closed
      * meanwhile), so subscribing does not queue behind a read of another conversation.
      */
-    const acquire = (conversationId: ConversationId): Effect.Effect<Topic, Effect.Effect.Error<ReturnType<typeof store.headOf>>> =>
+    const acquire = (conversationId: ConversationId): Effect.Effect<Topic, Effect.Effect.Error<ReturnType<typeof activityRepo.headOf>>> =>
       Effect.flatMap(
-        Effect.suspend(() => topics.has(conversationId) ? Effect.succeed(undefined) : store.headOf(conversationId)),
+        Effect.suspend(() => topics.has(conversationId) ? Effect.succeed(undefined) : activityRepo.headOf(conversationId)),
         (head) =>
           lock.withPermits(1)(Effect.suspend(() => {
             const existing = topics.get(conversationId)
@@ -227,7 +225,7 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
         const live = yield* PubSub.subscribe(topic.pubsub)
         const upTo = yield* Ref.get(topic.last)
         // Stored up to what the topic had published when subscribed; live from there on.
-        return inSeqOrder({ fromSeq, storedBelow: upTo + 1, live: Stream.fromQueue(live), read: readOf(conversationId), page: PAGE })
+        return inSeqOrder({ fromSeq, storedBelow: upTo + 1, live: Stream.fromQueue(live), read: readOf(conversationId), page: CATCH_UP_PAGE })
       })).pipe(Stream.catchAll(() => Stream.fail(databaseUnavailable())))
 
     return { subscribe } as const

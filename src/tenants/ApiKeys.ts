@@ -3,7 +3,7 @@ import { SqlError } from "@effect/sql/SqlError"
 import { Data, Effect, Option, Schema } from "effect"
 import type { Actor } from "../auth/Actor.js"
 import { actorLabel } from "../auth/Actor.js"
-import { generateCredential, hashCredential, hashCredentialHex, looksLike } from "../auth/Credential.js"
+import { generateCredential, hashCredential, hashCredentialHex, looksLike, shownPrefix } from "../auth/Credential.js"
 import { AuditLog } from "../db/AuditLog.js"
 import { makeBatcher } from "../db/Batcher.js"
 import { prepared } from "../db/PreparedStatements.js"
@@ -13,6 +13,7 @@ import { inTransaction } from "../db/Transaction.js"
 import { InsufficientScope, NotFound } from "../domain/ApiError.js"
 import { ApiKey, type ApiKeyInput, type AuthenticatedKey, allScopes, Scope } from "../domain/ApiKey.js"
 import { parseInstant } from "../domain/Instant.js"
+import { LOOKUP_LIMIT } from "../domain/LookupLimit.js"
 import { TenantId } from "../domain/Tenant.js"
 import { Problems } from "../domain/Problems.js"
 
@@ -32,6 +33,8 @@ const MAX_EXPIRY_YEAR = 9999
 
 /** A key lookup gives up after this long (503), as the other reads of a request do. */
 const LOOKUP_TIMEOUT_MS = 5_000
+/** Keys one lookup statement asks for at most. */
+const LOOKUP_BATCH_MAX = 256
 
 /**
  * How long a lookup's answer stands in for the next ones of a write that checks the key itself: a
@@ -51,7 +54,7 @@ export interface KeyIssuer {
 }
 
 /** The key asking to issue one was revoked or expired after it was checked (a revoke got there first). */
-export class IssuerGone extends Data.TaggedError("IssuerGone")<{ readonly keyId: string }> {}
+class IssuerGone extends Data.TaggedError("IssuerGone")<{ readonly keyId: string }> {}
 
 const IssuerChainRow = Schema.Struct({ valid: Schema.Boolean, expires_at: Schema.NullOr(Schema.String) })
 
@@ -90,9 +93,9 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
       })
 
     // Every request of the tenant API authenticates: the requests that arrive while one lookup
-    // is in flight share the next (one at a time makes the largest batches; measured best).
+    // is in flight share the next (one at a time makes the largest batches: ADR 0006).
     const lookUp = yield* makeBatcher({
-      maxBatch: 256,
+      maxBatch: LOOKUP_BATCH_MAX,
       concurrency: 1,
       run: findAuth,
       timeout: { ms: LOOKUP_TIMEOUT_MS, onTimeout: () => new SqlError({ cause: "timeout", message: "the key lookup timed out" }) }
@@ -147,7 +150,7 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
       Result: ApiKey,
       execute: (tenantId) =>
         sql`SELECT ${sql.literal(KEY_COLUMNS)} FROM api_keys
-            WHERE tenant_id = ${tenantId} AND kind = 'scoped' ORDER BY inserted_at DESC, id DESC LIMIT 1000`
+            WHERE tenant_id = ${tenantId} AND kind = 'scoped' ORDER BY inserted_at DESC, id DESC LIMIT ${LOOKUP_LIMIT}`
     })
 
     const findScoped = SqlSchema.findOne({
@@ -199,7 +202,7 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
           tenantId,
           kind,
           name,
-          prefix: key.slice(0, 11),
+          prefix: shownPrefix(key),
           hash: hashCredential(key),
           scopes,
           expiresAt,

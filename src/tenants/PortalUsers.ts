@@ -9,6 +9,7 @@ import { ParentRows } from "../db/ParentRows.js"
 import { orUnavailable } from "../db/SqlFailure.js"
 import { inTransaction } from "../db/Transaction.js"
 import { NotFound, ValidationFailed } from "../domain/ApiError.js"
+import { LOOKUP_LIMIT } from "../domain/LookupLimit.js"
 import { PortalUser, type UserChange, type UserInput, UserRole, UserStatus } from "../domain/PortalUser.js"
 import { TenantId } from "../domain/Tenant.js"
 import { isNameTooLong, NAME_TOO_LONG, Problems } from "../domain/Problems.js"
@@ -100,7 +101,7 @@ export class PortalUsers extends Effect.Service<PortalUsers>()("parley/PortalUse
       Result: PortalUser,
       execute: (tenantId) =>
         sql`SELECT ${sql.literal(USER_COLUMNS)} FROM portal_users
-            WHERE tenant_id = ${tenantId} ORDER BY inserted_at DESC, id DESC LIMIT 1000`
+            WHERE tenant_id = ${tenantId} ORDER BY inserted_at DESC, id DESC LIMIT ${LOOKUP_LIMIT}`
     })
 
     const insertUser = SqlSchema.single({

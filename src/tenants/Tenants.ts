@@ -6,6 +6,7 @@ import { AuditLog } from "../db/AuditLog.js"
 import { orUnavailable } from "../db/SqlFailure.js"
 import { inTransaction } from "../db/Transaction.js"
 import { NotFound, type ValidationFailed } from "../domain/ApiError.js"
+import { LOOKUP_LIMIT } from "../domain/LookupLimit.js"
 import { Problems } from "../domain/Problems.js"
 import { DEFAULT_RETENTION_DAYS, type SettingsInput, Tenant, TenantId, TenantStatus, TenantTier, type TenantInput } from "../domain/Tenant.js"
 import { checkIfMatch, etagOf } from "../domain/Version.js"
@@ -96,7 +97,7 @@ export class Tenants extends Effect.Service<Tenants>()("parley/Tenants", {
     const listTenants = SqlSchema.findAll({
       Request: Schema.Void,
       Result: Tenant,
-      execute: () => sql`SELECT ${sql.literal(TENANT_COLUMNS)} FROM tenants ORDER BY name, id LIMIT 1000`
+      execute: () => sql`SELECT ${sql.literal(TENANT_COLUMNS)} FROM tenants ORDER BY name, id LIMIT ${LOOKUP_LIMIT}`
     })
 
     const list = () => listTenants(undefined).pipe(orUnavailable)
