@@ -403,12 +403,20 @@ describe("AppConfig", () => {
       expect(String(yield* refusal({ PORT: "65000" }))).toContain("CLUSTER_RUNNER_PORT")
     }))
 
-  it.live("the process refuses to start with one stderr line naming the variable, exit 1", () =>
-    Effect.gen(function*() {
-      const child = yield* spawnInRepo("npx", ["tsx", "src/main.ts"], { ADMIN_API_TOKEN: "short" })
-      expect(yield* child.exited).toBe(1)
-      const lines = programLines(child.stderr())
-      expect(lines).toEqual([`parley: invalid configuration: ADMIN_API_TOKEN: must be at least 32 characters`])
-      expect(child.stdout()).toBe("")
-    }).pipe(Effect.scoped))
+  const refusedAtStart: ReadonlyArray<readonly [Record<string, string>, string]> = [
+    [{ ADMIN_API_TOKEN: "short" }, "ADMIN_API_TOKEN: must be at least 32 characters"],
+    [
+      { CORS_ALLOWED_ORIGINS: "https://app.example.com,https://app.example.com/widget" },
+      `CORS_ALLOWED_ORIGINS: malformed origin "https://app.example.com/widget" (must be * or origins like https://app.example.com)`
+    ]
+  ]
+  for (const [env, line] of refusedAtStart) {
+    it.live(`the process refuses ${Object.keys(env)[0]} with one stderr line naming the variable, exit 1`, () =>
+      Effect.gen(function*() {
+        const child = yield* spawnInRepo("npx", ["tsx", "src/main.ts"], env)
+        expect(yield* child.exited).toBe(1)
+        expect(programLines(child.stderr())).toEqual([`parley: invalid configuration: ${line}`])
+        expect(child.stdout()).toBe("")
+      }).pipe(Effect.scoped))
+  }
 })
