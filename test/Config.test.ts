@@ -57,6 +57,7 @@ const variables = [
   "RATE_LIMITS",
   "RATE_LIMIT_SYNC_MS",
   "WEBHOOK_ALLOWED_HOSTS",
+  "CORS_ALLOWED_ORIGINS",
   "UPLOAD_MAX_BYTES",
   "CHANNEL_HEALTH_INTERVAL_SECONDS",
   "DRAIN_REFUSE_MS",
@@ -103,6 +104,7 @@ describe("AppConfig", () => {
         rateLimits: Option.none(),
         rateLimitSyncMs: 100,
         webhookAllowedHosts: [],
+        corsAllowedOrigins: "*",
         uploadMaxBytes: 10485760,
         channelHealthIntervalSeconds: 300,
         drainRefuseMs: 5000,
@@ -148,6 +150,7 @@ describe("AppConfig", () => {
         RATE_LIMITS: "{\"upload\":{\"limit\":3,\"scale_ms\":1000}}",
         RATE_LIMIT_SYNC_MS: "68",
         WEBHOOK_ALLOWED_HOSTS: "Hooks.Example.com, *.internal,127.0.0.1",
+        CORS_ALLOWED_ORIGINS: "HTTPS://App.Example.com:443, http://localhost:3000",
         UPLOAD_MAX_BYTES: "69",
         CHANNEL_HEALTH_INTERVAL_SECONDS: "70",
         DRAIN_REFUSE_MS: "0",
@@ -181,6 +184,8 @@ describe("AppConfig", () => {
         socketIdleTimeoutMs: 67,
         rateLimitSyncMs: 68,
         webhookAllowedHosts: ["hooks.example.com", "*.internal", "127.0.0.1"],
+        // As browsers send Origin: lower case, the default port dropped.
+        corsAllowedOrigins: new Set(["https://app.example.com", "http://localhost:3000"]),
         uploadMaxBytes: 69,
         channelHealthIntervalSeconds: 70,
         drainRefuseMs: 0,
@@ -338,6 +343,12 @@ describe("AppConfig", () => {
     ["CLUSTER_RUNNER_PORT", { PORT: "4723", CLUSTER_RUNNER_PORT: "4723" }],
     ["WEBHOOK_ALLOWED_HOSTS", { WEBHOOK_ALLOWED_HOSTS: "hooks.example.com,10.0.0.0/99" }],
     ["WEBHOOK_ALLOWED_HOSTS", { WEBHOOK_ALLOWED_HOSTS: "ht!tp" }],
+    // An origin is scheme://host[:port]: a path, a wildcard or `*` among origins would never match.
+    ["CORS_ALLOWED_ORIGINS", { CORS_ALLOWED_ORIGINS: "https://app.example.com/" }],
+    ["CORS_ALLOWED_ORIGINS", { CORS_ALLOWED_ORIGINS: "https://*.example.com" }],
+    ["CORS_ALLOWED_ORIGINS", { CORS_ALLOWED_ORIGINS: "app.example.com" }],
+    ["CORS_ALLOWED_ORIGINS", { CORS_ALLOWED_ORIGINS: "*, https://app.example.com" }],
+    ["CORS_ALLOWED_ORIGINS", { CORS_ALLOWED_ORIGINS: " , " }],
     ["DRAIN_REFUSE_MS", { DRAIN_REFUSE_MS: "-5" }],
     // Above setTimeout's limit, a timer fires at once (Node) or never (Effect).
     ["DRAIN_MAX_MS", { DRAIN_MAX_MS: "10000000000" }],
@@ -392,12 +403,20 @@ describe("AppConfig", () => {
       expect(String(yield* refusal({ PORT: "65000" }))).toContain("CLUSTER_RUNNER_PORT")
     }))
 
-  it.live("the process refuses to start with one stderr line naming the variable, exit 1", () =>
-    Effect.gen(function*() {
-      const child = yield* spawnInRepo("npx", ["tsx", "src/main.ts"], { ADMIN_API_TOKEN: "short" })
-      expect(yield* child.exited).toBe(1)
-      const lines = programLines(child.stderr())
-      expect(lines).toEqual([`parley: invalid configuration: ADMIN_API_TOKEN: must be at least 32 characters`])
-      expect(child.stdout()).toBe("")
-    }).pipe(Effect.scoped))
+  const refusedAtStart: ReadonlyArray<readonly [Record<string, string>, string]> = [
+    [{ ADMIN_API_TOKEN: "short" }, "ADMIN_API_TOKEN: must be at least 32 characters"],
+    [
+      { CORS_ALLOWED_ORIGINS: "https://app.example.com,https://app.example.com/widget" },
+      `CORS_ALLOWED_ORIGINS: malformed origin "https://app.example.com/widget" (must be * or origins like https://app.example.com)`
+    ]
+  ]
+  for (const [env, line] of refusedAtStart) {
+    it.live(`the process refuses ${Object.keys(env)[0]} with one stderr line naming the variable, exit 1`, () =>
+      Effect.gen(function*() {
+        const child = yield* spawnInRepo("npx", ["tsx", "src/main.ts"], env)
+        expect(yield* child.exited).toBe(1)
+        expect(programLines(child.stderr())).toEqual([`parley: invalid configuration: ${line}`])
+        expect(child.stdout()).toBe("")
+      }).pipe(Effect.scoped))
+  }
 })

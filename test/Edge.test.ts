@@ -1,17 +1,12 @@
 import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
-import { NodeHttpServer } from "@effect/platform-node"
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Effect, Layer, Logger } from "effect"
-import { createServer } from "node:http"
 import { connect } from "node:net"
-import { EdgeMiddleware } from "../src/http/EdgeMiddleware.js"
 import { createNodeServer } from "../src/http/NodeServer.js"
 import { MAX_JSON_BODY_BYTES } from "../src/http/EdgeRules.js"
-import { RouteTableLive } from "../src/http/RouteTable.js"
-import { Lifecycle } from "../src/ops/Lifecycle.js"
-import { Metrics } from "../src/ops/Metrics.js"
 import { storedTexts, tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { rawRequest } from "./support/RawHttp.js"
+import { EdgeApp } from "./support/EdgeApp.js"
 import { envelope } from "./support/Envelope.js"
 import { ADMIN_TOKEN, admin, freePort, manage, request, TestNode, TestNodeLive } from "./support/TestNode.js"
 
@@ -377,16 +372,10 @@ layer(TestNodeLive(), { excludeTestServices: true })("HTTP edge", (it) => {
 describe("HTTP edge: defects", () => {
   /** A route that is a bug, behind the real edge, on its own server. */
   const DefectApp = (port: number) =>
-    HttpLayerRouter.serve(
-      Layer.mergeAll(
-        HttpLayerRouter.add("GET", "/boom", Effect.die(new Error("secret internal detail at db.ts:42"))),
-        EdgeMiddleware
-      ),
-      { disableLogger: true, disableListenLog: true }
-    ).pipe(
-      Layer.provide(NodeHttpServer.layer(createServer, { host: "127.0.0.1", port })),
-      Layer.provide([Metrics.Default, Lifecycle.Default]),
-      Layer.provide(RouteTableLive([{ method: "GET", path: "/boom" }]))
+    EdgeApp(
+      port,
+      HttpLayerRouter.add("GET", "/boom", Effect.die(new Error("secret internal detail at db.ts:42"))),
+      [{ method: "GET", path: "/boom" }]
     )
 
   interface Captured {

@@ -1,4 +1,5 @@
 import { Config, ConfigError, Effect, Either, Option, ParseResult, Redacted, Schema } from "effect"
+import { normalizeOrigin } from "../domain/PublishableKey.js"
 import { RateLimitTable } from "../domain/RateLimit.js"
 import { type Cidr, isHost, isHostName, isUnspecifiedAddress, parseCidr } from "./NetworkList.js"
 
@@ -167,6 +168,26 @@ const allowedHosts = (name: string) =>
     return bad === undefined ? Either.right(entries) : Either.left(`malformed host, wildcard, IP or CIDR "${bad}"`)
   }).pipe(Config.map(Option.getOrElse((): ReadonlyArray<string> => [])))
 
+/** Origins browsers may call the client API from: any, or these (as browsers send `Origin`). */
+export type CorsOrigins = "*" | ReadonlySet<string>
+
+/**
+ * `CORS_ALLOWED_ORIGINS`: `*`, or origins normalised like publishable-key origins. A malformed entry
+ * stops the node: it would never match, and the site it meant would stay refused.
+ */
+const corsAllowedOrigins = withDefault<CorsOrigins>("CORS_ALLOWED_ORIGINS", "*", (text) => {
+  if (text.trim() === "*") return Either.right("*")
+  const origins = new Set<string>()
+  for (const entry of text.split(",").map((s) => s.trim()).filter((s) => s.length > 0)) {
+    const origin = normalizeOrigin(entry)
+    if (Option.isNone(origin)) {
+      return Either.left(`malformed origin ${JSON.stringify(entry)} (must be * or origins like https://app.example.com)`)
+    }
+    origins.add(origin.value)
+  }
+  return origins.size > 0 ? Either.right(origins) : Either.left("must be * or at least one origin")
+})
+
 /**
  * `PORT + 1000` unless `CLUSTER_RUNNER_PORT` is set. A derived port above 65535 stops the node here,
  * naming the variable to set, rather than as a RangeError when the runner listens.
@@ -218,6 +239,7 @@ export class AppConfig extends Effect.Service<AppConfig>()("parley/AppConfig", {
     rateLimits,
     rateLimitSyncMs: millis("RATE_LIMIT_SYNC_MS", 100),
     webhookAllowedHosts: allowedHosts("WEBHOOK_ALLOWED_HOSTS"),
+    corsAllowedOrigins,
     uploadMaxBytes: count("UPLOAD_MAX_BYTES", 10485760, MAX_UPLOAD_BYTES),
     channelHealthIntervalSeconds: intervalSeconds("CHANNEL_HEALTH_INTERVAL_SECONDS", 300),
     drainRefuseMs: millis("DRAIN_REFUSE_MS", 5000, 0),

@@ -3,7 +3,9 @@ import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Cause, Effect, Option } from "effect"
 import { BadRequest, NotAcceptable, Unauthorized } from "../domain/ApiError.js"
+import { AppConfig } from "../config/AppConfig.js"
 import { Lifecycle } from "../ops/Lifecycle.js"
+import { isClientApiUrl, isPreflight, preflightAnswer, withCorsHeaders } from "./ClientCors.js"
 import { acceptsJson, MAX_JSON_BODY_BYTES, REQUEST_SHAPE_MISMATCH, retryAfterSeconds } from "./EdgeRules.js"
 import { DEPRECATION_HEADERS } from "./DeprecationsPage.js"
 import { answerForCause, answerForError, bodyTooLarge, responseOf } from "./ErrorAnswer.js"
@@ -62,14 +64,16 @@ const usesDeprecatedSurface = (request: HttpServerRequest.HttpServerRequest, tem
   legacyRoutes.some((route) => route.method === request.method && route.path === template)
 
 /**
- * The edge of every HTTP request: request id, content negotiation, body limits, the error envelope
- * for everything that is not a success, deprecation marks, metrics and one access log line.
+ * The edge of every HTTP request: request id, CORS of the client API, content negotiation, body
+ * limits, the error envelope for everything that is not a success, deprecation marks, metrics and
+ * one access log line.
  */
 export const EdgeMiddleware = HttpLayerRouter.middleware(
   Effect.gen(function*() {
     const routes = yield* RouteTable
     const lifecycle = yield* Lifecycle
     const record = yield* requestRecorder
+    const { corsAllowedOrigins } = yield* AppConfig
     return (httpEffect) =>
       Effect.gen(function*() {
         const request = yield* HttpServerRequest.HttpServerRequest
@@ -78,9 +82,14 @@ export const EdgeMiddleware = HttpLayerRouter.middleware(
         const template = routes.template(request.method, request.url)
         // The router matches paths whatever their case, so this does too.
         const isApi = /^\/api\//i.test(request.url)
+        const clientApi = isClientApiUrl(request.url)
+        // Answered before authentication and every other rule: browsers send no credentials in a preflight.
+        const preflight = clientApi && isPreflight(request)
 
         const contentLength = Number(request.headers["content-length"] ?? "0")
-        const early = isApi && !acceptsJson(request.headers["accept"])
+        const early = preflight
+          ? preflightAnswer(corsAllowedOrigins, request.headers["origin"], routes.allowedMethods(request.url))
+          : isApi && !acceptsJson(request.headers["accept"])
           ? responseOf(answerForError(new NotAcceptable({ message: "this API answers JSON only" }), requestId))
           : template !== undefined && contentLength > MAX_JSON_BODY_BYTES && !template.endsWith("/upload")
           ? answersOwnBody(request.method, template) ? legacyBodyTooLarge(requestId) : responseOf(answerForError(bodyTooLarge(), requestId))
@@ -108,9 +117,13 @@ export const EdgeMiddleware = HttpLayerRouter.middleware(
         ))
         const identified = HttpServerResponse.setHeader(finishResponse(response, requestId), "x-request-id", requestId)
         // Every answer to a deprecated surface says so, refusals included (client-api.md "Versioning").
-        const answered = usesDeprecatedSurface(request, template)
+        const marked = usesDeprecatedSurface(request, template)
           ? HttpServerResponse.setHeaders(identified, DEPRECATION_HEADERS)
           : identified
+        // A browser reads an answer from another origin, an error's too, only with these headers.
+        const answered = clientApi && !preflight
+          ? withCorsHeaders(marked, corsAllowedOrigins, request.headers["origin"])
+          : marked
         // While draining, no connection is kept for another request: the next one goes to a node
         // that stays, and none arrives after this node stops handling requests.
         const finished = (yield* lifecycle.isDraining)
