@@ -7,7 +7,7 @@ import * as HttpClientRequest from "@effect/platform/HttpClientRequest"
 import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
 import { NodeHttpServer } from "@effect/platform-node"
 import { expect, layer } from "@effect/vitest"
-import { ConfigProvider, Effect, Layer, Schema } from "effect"
+import { Chunk, ConfigProvider, Effect, Fiber, Layer, Schema, Stream } from "effect"
 import { SignJWT } from "jose"
 import { CurrentClient, requireChannelScope, requireConversationBinding, requireOwnChannel, requirePermission } from "../src/auth/ClientAccess.js"
 import { ClientTokens } from "../src/auth/ClientTokens.js"
@@ -144,4 +144,22 @@ layer(TestNodeLive({ TOKEN_SIGNING_KEY: SIGNING_KEY, TRUSTED_PROXIES: "127.0.0.1
       const child = yield* tokens.authenticate(derived.token)
       expect(child.kind).toBe("conversation")
     }).pipe(Effect.provide(Tokens)))
+
+  it.scoped("TokenRevocations.changes tells each revocation once, those of other nodes included", () =>
+    Effect.gen(function*() {
+      const { channel } = yield* tenantWithChannel
+      const token = yield* generateToken(channel.secret, { user: { id: "u" } })
+      const revocations = yield* TokenRevocations
+      const seen = yield* revocations.changes.pipe(
+        Stream.filter((r) => r.channelId === channel.id),
+        Stream.take(2),
+        Stream.runCollect,
+        Effect.fork
+      )
+      yield* Effect.sleep("100 millis")
+      expect((yield* chat("POST", "/tokens/revoke", { bearer: token })).status).toBe(200)
+      expect((yield* chat("POST", "/tokens/revoke", { bearer: channel.secret, body: { user: { id: "u" } } })).status).toBe(200)
+      const events = Chunk.toReadonlyArray(yield* Fiber.join(seen).pipe(Effect.timeout("5 seconds")))
+      expect(events.map((r) => [r.kind, r.subject])).toEqual([["family", claimsOf(token)["fam"]], ["user", "u"]])
+    }).pipe(Effect.provide(TokenRevocations.Default)))
 })
