@@ -22,7 +22,11 @@ layer(TestNodeLive(), { excludeTestServices: true })("OpenAPI document", (it) =>
         "/api/v1/manage/api_keys",
         "/api/v1/manage/settings",
         "/api/v1/conversations",
-        "/api/v1/conversations/{id}/activities"
+        "/api/v1/conversations/{id}/activities",
+        "/api/v1/chat/tokens/generate",
+        "/api/v1/chat/tokens/refresh",
+        "/api/v1/chat/tokens/revoke",
+        "/api/v1/chat/tokens/publishable"
       ]) expect(Object.keys(doc.paths), path).toContain(path)
       // Branded ids decode to their lower-case form; the document still shows what a client sends: a UUID.
       const uuid = { type: "string", format: "uuid" }

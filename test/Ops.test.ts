@@ -182,10 +182,13 @@ layer(TestNodeLive(), { excludeTestServices: true })("readiness when a backgroun
         "check_hub_gaps",
         "close_idle_conversations",
         "drop_idle_cores",
+        "follow_token_revocations",
+        "forget_expired_token_revocations",
         "forget_idle_tenant_limits",
         "prune_audit_log",
         "prune_expired_sessions",
         "prune_rate_limit_counters",
+        "prune_token_revocations",
         "purge_deleted_conversations",
         "sync_rate_limit_counters"
       ])

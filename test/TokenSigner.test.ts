@@ -6,13 +6,16 @@ import type { ClientTokenGrant } from "../src/domain/ClientToken.js"
 import { query } from "./support/TestDatabase.js"
 import { TestNodeLive } from "./support/TestNode.js"
 import { TestSigner } from "./support/TestSigner.js"
+import { ChannelId } from "../src/domain/Channel.js"
+import { ConversationId } from "../src/domain/Conversation.js"
+import { TenantId } from "../src/domain/Tenant.js"
 
 const ENV_KEY = "an-operator-chosen-signing-key-0123456789"
 
 const grant = (): ClientTokenGrant => ({
   user_id: `user-${crypto.randomUUID()}`,
-  tid: crypto.randomUUID(),
-  cid: crypto.randomUUID(),
+  tid: TenantId.to.make(crypto.randomUUID()),
+  cid: ChannelId.to.make(crypto.randomUUID()),
   fam: crypto.randomUUID()
 })
 
@@ -76,7 +79,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("TokenSigner", (it) => {
       const signer = yield* TokenSigner
       const g: ClientTokenGrant = {
         ...grant(),
-        conversation_id: crypto.randomUUID(),
+        conversation_id: ConversationId.to.make(crypto.randomUUID()),
         scope: "channel",
         perms: ["read", "typing"],
         src: "publishable"

@@ -106,6 +106,18 @@ export class PublishableKeys extends Effect.Service<PublishableKeys>()("parley/P
             RETURNING ${sql.literal(KEY_COLUMNS)}`
     })
 
+    const findUsable = SqlSchema.findOne({
+      Request: Schema.Uint8ArrayFromSelf,
+      Result: Schema.Struct({ tenant_id: TenantId, channel_id: ChannelId, allowed_origins: Schema.Array(Schema.String) }),
+      execute: (hash) =>
+        sql`SELECT k.tenant_id, k.channel_id, k.allowed_origins
+            FROM publishable_keys k JOIN channels c ON c.id = k.channel_id JOIN tenants t ON t.id = k.tenant_id
+            WHERE k.key_hash = ${hash} AND k.status = 'active' AND c.status = 'active' AND t.status = 'active'`
+    })
+
+    /** The channel and origins of a key value, while the key, its channel and its tenant are active. */
+    const authenticate = (key: string) => findUsable(hashCredential(key)).pipe(orUnavailable)
+
     const keyNotFound = (id: string) => new NotFound({ message: `publishable key ${id} not found` })
 
     // Locked: the channel cannot be deleted while a key is being added to it (404 if it went first).
@@ -221,7 +233,7 @@ export class PublishableKeys extends Effect.Service<PublishableKeys>()("parley/P
         yield* audit.record(actor, { tenantId, action: "publishable_key.deleted", resourceType: "publishable_key", resourceId: id })
       }).pipe(inTransaction(sql), orUnavailable)
 
-    return { create, list, update, rotate, remove } as const
+    return { create, list, update, rotate, remove, authenticate } as const
   }),
   dependencies: [AuditLog.Default, ParentRows.Default]
 }) {}

@@ -12,6 +12,7 @@ import rateLimitCountsPerNode from "../../migrations/0006_rate_limit_counts_per_
 import foreignKeyIndexes from "../../migrations/0007_foreign_key_indexes.js"
 import auditLogByTime from "../../migrations/0008_audit_log_by_time.js"
 import apiKeyIssuer from "../../migrations/0009_api_key_issuer.js"
+import clientTokens from "../../migrations/0010_client_tokens.js"
 
 /** Every shipped migration, by name; readiness reports any that is not applied. */
 export const migrations = {
@@ -23,7 +24,8 @@ export const migrations = {
   "0006_rate_limit_counts_per_node": rateLimitCountsPerNode,
   "0007_foreign_key_indexes": foreignKeyIndexes,
   "0008_audit_log_by_time": auditLogByTime,
-  "0009_api_key_issuer": apiKeyIssuer
+  "0009_api_key_issuer": apiKeyIssuer,
+  "0010_client_tokens": clientTokens
 } as const
 
 /**

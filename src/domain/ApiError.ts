@@ -61,6 +61,14 @@ export class TokenExpired extends Schema.TaggedError<TokenExpired>()("TokenExpir
   readonly wireDetails = null
 }
 
+/** A client token that was revoked, rotated past its grace period, or whose family or user was revoked. */
+export class TokenRevoked extends Schema.TaggedError<TokenRevoked>()("TokenRevoked", {
+  message: Schema.String
+}, HttpApiSchema.annotations({ status: 401 })) implements WireError {
+  readonly code = "token_revoked"
+  readonly wireDetails = null
+}
+
 export class Forbidden extends Schema.TaggedError<Forbidden>()("Forbidden", {
   message: Schema.String
 }, HttpApiSchema.annotations({ status: 403 })) implements WireError {
@@ -77,6 +85,25 @@ export class InsufficientScope extends Schema.TaggedError<InsufficientScope>()("
   get wireDetails() {
     return { required: this.required }
   }
+}
+
+/** A client token lacks a permission the route needs (client-api.md "Permissions"). */
+export class InsufficientPermission extends Schema.TaggedError<InsufficientPermission>()("InsufficientPermission", {
+  message: Schema.String,
+  required: Schema.Array(Schema.String)
+}, HttpApiSchema.annotations({ status: 403 })) implements WireError {
+  readonly code = "insufficient_permission"
+  get wireDetails() {
+    return { required: this.required }
+  }
+}
+
+/** A publishable-key call without an `Origin` among the key's allowed origins. */
+export class OriginNotAllowed extends Schema.TaggedError<OriginNotAllowed>()("OriginNotAllowed", {
+  message: Schema.String
+}, HttpApiSchema.annotations({ status: 403 })) implements WireError {
+  readonly code = "origin_not_allowed"
+  readonly wireDetails = null
 }
 
 export class NotFound extends Schema.TaggedError<NotFound>()("NotFound", {

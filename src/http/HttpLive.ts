@@ -5,6 +5,8 @@ import { Channels } from "../channels/Channels.js"
 import { PublishableKeys } from "../channels/PublishableKeys.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { ChannelTokens } from "../auth/ChannelTokens.js"
+import { ClientTokens } from "../auth/ClientTokens.js"
+import { TokenRevocations } from "../auth/TokenRevocations.js"
 import { TokenSigner } from "../auth/TokenSigner.js"
 import { Conversations } from "../conversations/Conversations.js"
 import { AddressGuard } from "../delivery/AddressGuard.js"
@@ -21,6 +23,7 @@ import { ManageAuthLive, TenantAuthLive, TenantKeyAuthLive } from "./TenantAuth.
 import { ConversationListHandlers, ConversationsHandlers } from "./ConversationsHandlers.js"
 import { ApiKeysHandlers } from "./ApiKeysHandlers.js"
 import { ChannelsHandlers } from "./ChannelsHandlers.js"
+import { ClientTokensHandlers } from "./ClientTokensHandlers.js"
 import { PublishableKeysHandlers } from "./PublishableKeysHandlers.js"
 import { SettingsHandlers } from "./SettingsHandlers.js"
 import { UsersHandlers } from "./UsersHandlers.js"
@@ -42,7 +45,8 @@ const ApiRoutes = HttpLayerRouter.addHttpApi(ParleyApi, { openapiPath: "/api/v1/
     ChannelsHandlers,
     PublishableKeysHandlers,
     ConversationsHandlers,
-    ConversationListHandlers
+    ConversationListHandlers,
+    ClientTokensHandlers
   )),
   // A step of its own: Layer.provide([A, B]) does not feed B into A.
   Layer.provide(Layer.mergeAll(AdminAuthLive, ManageAuthLive, TenantAuthLive, TenantKeyAuthLive))
@@ -78,7 +82,7 @@ const AppRoutes = Layer.mergeAll(ApiRoutes, LegacyRoutes, OpsRoutes, Deprecation
 )
 
 /** Services the routes call per request. */
-const RouteServices = Layer.mergeAll(
+const RouteServices = ClientTokens.Default.pipe(Layer.provideMerge(Layer.mergeAll(
   Tenants.Default,
   ApiKeys.Default,
   Readiness.Default,
@@ -88,8 +92,9 @@ const RouteServices = Layer.mergeAll(
   Channels.Default,
   PublishableKeys.Default,
   TokenSigner.Default,
+  TokenRevocations.Default,
   DeprecationWarnings.Default
-).pipe(
+))).pipe(
   Layer.provideMerge(AddressGuard.Default)
 )
 

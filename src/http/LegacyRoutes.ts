@@ -4,7 +4,7 @@ import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Data, Effect, Predicate, Schema } from "effect"
 import { ChannelTokens, invalidChannelToken } from "../auth/ChannelTokens.js"
-import { TokenSigner } from "../auth/TokenSigner.js"
+import { ClientTokens } from "../auth/ClientTokens.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { Conversations } from "../conversations/Conversations.js"
 import { BadRequest, ChannelInactive, Forbidden, Unauthorized } from "../domain/ApiError.js"
@@ -81,7 +81,7 @@ export const LegacyRoutes = HttpLayerRouter.addAll(Effect.gen(function*() {
   const tokens = yield* ChannelTokens
   const conversations = yield* Conversations
   const limiter = yield* RateLimiter
-  const signer = yield* TokenSigner
+  const clientTokens = yield* ClientTokens
   const warnings = yield* DeprecationWarnings
 
   /** A conversation-bound token for the legacy socket; the conversation must be on the token's channel. */
@@ -101,14 +101,8 @@ export const LegacyRoutes = HttpLayerRouter.addAll(Effect.gen(function*() {
     if (conversation.channel_id !== channel.id) {
       return yield* new Forbidden({ message: "the conversation belongs to another channel" })
     }
-    const token = yield* signer.sign({
-      user_id: body.user_id,
-      conversation_id: conversation.id,
-      tid: channel.tenant_id,
-      cid: channel.id,
-      fam: crypto.randomUUID()
-    }, config.legacyTokenTtlSeconds)
-    return HttpServerResponse.unsafeJson({ token, expires_in: config.legacyTokenTtlSeconds }, { status: 201 })
+    const issued = yield* clientTokens.legacy(channel, conversation.id, body.user_id)
+    return HttpServerResponse.unsafeJson({ token: issued.token, expires_in: issued.expiresIn }, { status: 201 })
   })
 
   /** A conversation on the token's channel (its origin); any bad body is 401, as the spec maps it. */

@@ -9,6 +9,7 @@ import { SettingsApi } from "./ManageApi.js"
 import { UsersApi } from "./UsersApi.js"
 import { ChannelsApi } from "./ChannelsApi.js"
 import { PublishableKeysApi } from "./PublishableKeysApi.js"
+import { ClientTokensApi } from "./ClientTokensApi.js"
 
 /** Every REST family served through HttpApi; its OpenAPI document is `GET /api/v1/openapi.json`. */
 export class ParleyApi extends HttpApi.make("parley")
@@ -20,6 +21,7 @@ export class ParleyApi extends HttpApi.make("parley")
   .add(ApiKeysApi)
   .add(ChannelsApi)
   .add(PublishableKeysApi)
+  .add(ClientTokensApi)
   // Any route may carry a value the database refuses (SqlFailure.orUnavailable): 400, not 503.
   .addError(envelope(BadRequest))
   .annotate(OpenApi.Title, "Parley")

@@ -1,5 +1,5 @@
 import { SqlClient } from "@effect/sql"
-import { type Cause, Deferred, Duration, Effect, Exit, FiberId, Layer, Option, Schema } from "effect"
+import { Deferred, Duration, Effect, Exit, FiberId, Layer, Option, Schema } from "effect"
 import { Counter } from "prom-client"
 import { answerWithin } from "../concurrency/WorkQueue.js"
 import { AppConfig } from "../config/AppConfig.js"
@@ -8,6 +8,7 @@ import { COUNTERS_STATEMENT_MS, CountersClient } from "../db/CountersClient.js"
 import { RateLimited } from "../domain/ApiError.js"
 import { type Bucket, defaultWindows, ipBuckets, type OverridableBucket, TenantLimits } from "../domain/RateLimit.js"
 import { JobRunner } from "../ops/JobRunner.js"
+import { failureLog } from "../ops/FailureLog.js"
 import { Metrics } from "../ops/Metrics.js"
 import { clientNetwork } from "./ClientNetwork.js"
 import { CounterWindows, type Slot, slotId } from "./CounterWindows.js"
@@ -56,21 +57,6 @@ const SYNC_READS_MAX = 5_000
 const LEARN_BATCH_MAX = 2_000
 /** Most windows of the buckets counted per client address that a node keeps (CounterWindows). */
 const IP_WINDOWS_MAX = 50_000
-
-/**
- * Logs one warning when something repeated many times a second starts failing and one line when it
- * works again, not a line per failure (while the database is away, every attempt fails).
- */
-const failureLog = (failed: string, recovered: string) => {
-  let failing = false
-  return {
-    failed: (cause: Cause.Cause<unknown>) =>
-      failing ? Effect.void : Effect.zipRight(Effect.sync(() => (failing = true)), Effect.logWarning(failed, cause)),
-    succeeded: Effect.suspend(() =>
-      failing ? Effect.zipRight(Effect.sync(() => (failing = false)), Effect.logInfo(recovered)) : Effect.void
-    )
-  }
-}
 
 /** Slots as the parallel arrays a statement unnests. */
 const windowColumns = (slots: ReadonlyArray<Slot>) => ({
