@@ -117,15 +117,28 @@ export class ConversationRepo extends Effect.Service<ConversationRepo>()("parley
         hasMore: rows.length > filter.limit
       }))
 
+    /** The channel's participant with this external id, made when it is new. */
+    const participantOf = (tenantId: TenantId, channelId: ChannelId, externalId: string) =>
+      Effect.map(
+        sql<{ id: string }>`
+          INSERT INTO participants (id, tenant_id, channel_id, external_id)
+          VALUES (${crypto.randomUUID()}, ${tenantId}, ${channelId}, ${externalId})
+          ON CONFLICT (channel_id, external_id) DO UPDATE SET updated_at = now()
+          RETURNING id`,
+        (rows) => rows[0]?.id ?? null
+      )
+
     /**
      * Creates a conversation on a channel (its origin); the channel is linked with role `origin`. The
      * channel must exist (404) and be active (400 `channel_inactive`) when the conversation commits.
+     * With `participant`, the channel's participant of that external id (made if new) is its party.
      */
     const create = (input: {
       readonly tenantId: TenantId
       readonly channelId: ChannelId
       readonly status: "active" | "closed"
       readonly metadata: Record<string, unknown>
+      readonly participant?: string | undefined
     }) =>
       Effect.gen(function*() {
         const status = yield* parents.lockChannel(input.tenantId, input.channelId)
@@ -133,15 +146,20 @@ export class ConversationRepo extends Effect.Service<ConversationRepo>()("parley
           return yield* new ChannelInactive({ message: `channel ${input.channelId} is inactive` })
         }
         const id = ConversationId.to.make(crypto.randomUUID())
+        const participantId = input.participant === undefined
+          ? null
+          : yield* participantOf(input.tenantId, input.channelId, input.participant)
         yield* sql`
-          INSERT INTO conversations (id, tenant_id, channel_id, origin_channel_id, status, metadata, closed_at)
-          VALUES (${id}, ${input.tenantId}, ${input.channelId}, ${input.channelId}, ${input.status},
+          INSERT INTO conversations (id, tenant_id, channel_id, origin_channel_id, participant_id, status, metadata, closed_at)
+          VALUES (${id}, ${input.tenantId}, ${input.channelId}, ${input.channelId}, ${participantId}, ${input.status},
                   ${JSON.stringify(input.metadata)}::jsonb, ${input.status === "closed" ? sql`now()` : null})`
-        yield* sql`INSERT INTO conversation_channels (conversation_id, channel_id, role) VALUES (${id}, ${input.channelId}, 'origin')`
+        yield* sql`
+          INSERT INTO conversation_channels (conversation_id, channel_id, role, participant_id)
+          VALUES (${id}, ${input.channelId}, 'origin', ${participantId})`
         const row = yield* findRow({ tenantId: input.tenantId, id })
         return yield* Option.match(row, {
           onNone: () => Effect.dieMessage("a conversation just inserted cannot be read back"),
-          onSome: (found) => Effect.succeed(toConversation(found, false))
+          onSome: (found) => Effect.succeed(toConversation(found, input.participant !== undefined))
         })
       }).pipe(inTransaction(sql))
 

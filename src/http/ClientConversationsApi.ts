@@ -1,0 +1,70 @@
+import * as HttpApiEndpoint from "@effect/platform/HttpApiEndpoint"
+import * as HttpApiGroup from "@effect/platform/HttpApiGroup"
+import { Schema } from "effect"
+import {
+  ConversationClosed,
+  CredentialChannelInactive,
+  Forbidden,
+  InsufficientPermission,
+  NotFound,
+  OutcomeUnknown,
+  Unauthorized,
+  Unavailable
+} from "../domain/ApiError.js"
+import { ConversationId } from "../domain/Conversation.js"
+import { ClientAuth } from "./ClientAuth.js"
+import { envelope } from "./ErrorEnvelope.js"
+import { optionalBody } from "./OptionalBody.js"
+
+/** client-api.md "Size and paging limits": a conversation `title`. */
+const MAX_TITLE_BYTES = 200
+
+const ConversationPath = Schema.Struct({ id: ConversationId })
+
+export const CreateConversationBody = optionalBody({
+  title: Schema.optional(
+    Schema.String.pipe(Schema.filter((title) =>
+      Buffer.byteLength(title, "utf8") <= MAX_TITLE_BYTES || `Expected at most ${MAX_TITLE_BYTES} bytes of UTF-8`
+    ))
+  )
+})
+
+/** What create and reconnect answer: a token bound to the conversation and where to stream it. */
+const ConversationSession = Schema.Struct({
+  conversationId: ConversationId,
+  token: Schema.String,
+  expires_in: Schema.Int,
+  streamUrl: Schema.String
+})
+
+const status = <const Name extends string>(name: Name, action: "close" | "reopen") =>
+  HttpApiEndpoint.post(name, `/conversations/:id/${action}`)
+    .setPath(ConversationPath)
+    .addSuccess(Schema.Struct({ conversationId: ConversationId, status: Schema.Literal("active", "closed") }))
+    .addError(envelope(OutcomeUnknown))
+
+/** The conversation routes of the client API (client-api.md, `/api/v1/chat/conversations*`), Bearer client token. */
+export class ClientConversationsApi extends HttpApiGroup.make("clientConversations")
+  .add(
+    HttpApiEndpoint.post("create", "/conversations")
+      .setPayload(CreateConversationBody)
+      .addSuccess(ConversationSession, { status: 201 })
+  )
+  .add(
+    HttpApiEndpoint.get("reconnect", "/conversations/:id")
+      .setPath(ConversationPath)
+      .setUrlParams(Schema.Struct({ watermark: Schema.optional(Schema.String) }))
+      .addSuccess(ConversationSession)
+  )
+  .add(status("close", "close"))
+  .add(status("reopen", "reopen"))
+  .addError(envelope(Unauthorized))
+  .addError(envelope(CredentialChannelInactive))
+  .addError(envelope(Forbidden))
+  .addError(envelope(InsufficientPermission))
+  .addError(envelope(NotFound))
+  .addError(envelope(ConversationClosed))
+  .addError(envelope(Unavailable))
+  .middleware(ClientAuth)
+  .prefix("/api/v1/chat")
+{}

@@ -1,0 +1,90 @@
+import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
+import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
+import { Effect } from "effect"
+import { type ClientPrincipal, requireConversationBinding, requirePermission } from "../auth/ClientAccess.js"
+import { ClientTokens } from "../auth/ClientTokens.js"
+import { AppConfig } from "../config/AppConfig.js"
+import { Conversations, type ConversationScope } from "../conversations/Conversations.js"
+import { CredentialChannelInactive, Forbidden, Unauthorized } from "../domain/ApiError.js"
+import type { ConversationId } from "../domain/Conversation.js"
+import type { Permission } from "../domain/ClientToken.js"
+import { ParleyApi } from "./ParleyApi.js"
+import { streamUrl } from "./StreamUrl.js"
+
+/** What a client token reaches: its own tenant and channel. */
+const scopeOf = (client: ClientPrincipal): ConversationScope => ({ tenantId: client.tenantId, channelId: client.channelId })
+
+/**
+ * The "Token kinds" and "Permissions" rules for a route on one conversation: a bound token only on
+ * its own (403 `forbidden`), then the permission; a conversation of another channel is then 404 where
+ * the route looks it up.
+ */
+const onConversation = (id: ConversationId, permission: Permission) =>
+  Effect.zipRight(requireConversationBinding(id), requirePermission(permission))
+
+/** Source marker in the metadata of conversations the client API starts. */
+const CLIENT_SOURCE = "client_api"
+
+export const ClientConversationsHandlers = HttpApiBuilder.group(ParleyApi, "clientConversations", (handlers) =>
+  Effect.gen(function*() {
+    const config = yield* AppConfig
+    const conversations = yield* Conversations
+    const tokens = yield* ClientTokens
+
+    /** A token bound to the conversation, derived from the caller's, and the socket URL to stream it. */
+    const session = (client: ClientPrincipal, conversationId: ConversationId, watermark?: string) =>
+      Effect.gen(function*() {
+        const issued = yield* tokens.derive(client, conversationId)
+        const request = yield* HttpServerRequest.HttpServerRequest
+        return {
+          conversationId,
+          token: issued.token,
+          expires_in: issued.expiresIn,
+          streamUrl: streamUrl(request, config.trustedProxies, `${config.host}:${config.port}`, {
+            token: issued.token,
+            conversationId,
+            watermark
+          })
+        }
+      })
+
+    const setStatus = (status: "active" | "closed") => ({ path }: { readonly path: { readonly id: ConversationId } }) =>
+      Effect.gen(function*() {
+        const client = yield* onConversation(path.id, "write")
+        const after = yield* conversations.setStatus(scopeOf(client), path.id, status)
+        return { conversationId: after.id, status: after.status }
+      })
+
+    return handlers
+      .handle("create", ({ payload }) =>
+        Effect.gen(function*() {
+          const client = yield* requirePermission("write")
+          if (client.kind === "conversation") {
+            return yield* new Forbidden({ message: "a conversation-bound token cannot start another conversation" })
+          }
+          const conversation = yield* conversations.create({
+            tenantId: client.tenantId,
+            channelId: client.channelId,
+            status: "active",
+            metadata: { source: CLIENT_SOURCE, ...(payload.title === undefined ? {} : { title: payload.title }) },
+            participant: client.userId ?? undefined
+          }).pipe(
+            // The channel changed since the token was checked: what ClientAuth answers now.
+            Effect.catchTags({
+              ChannelInactive: ({ message }) => Effect.fail(new CredentialChannelInactive({ message })),
+              NotFound: () => Effect.fail(new Unauthorized({ message: "the channel of this token no longer exists" }))
+            })
+          )
+          return yield* session(client, conversation.id)
+        }))
+      .handle("reconnect", ({ path, urlParams }) =>
+        Effect.gen(function*() {
+          const client = yield* onConversation(path.id, "read")
+          // The status is not checked: a closed conversation can still be read.
+          yield* conversations.get(scopeOf(client), path.id, { channels: false })
+          return yield* session(client, path.id, urlParams.watermark)
+        }))
+      .handle("close", setStatus("closed"))
+      .handle("reopen", setStatus("active"))
+  }))
+
