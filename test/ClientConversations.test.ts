@@ -2,7 +2,7 @@ import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { chat, claimsOf, generateToken, tenantWithChannel } from "./support/ClientApi.js"
 import { expectError } from "./support/Envelope.js"
-import { insertChannel, tenantApi } from "./support/Fixtures.js"
+import { insertChannel, storedState, tenantApi } from "./support/Fixtures.js"
 import { rawRequest } from "./support/RawHttp.js"
 import { query } from "./support/TestDatabase.js"
 import { TestNode, TestNodeLive } from "./support/TestNode.js"
@@ -21,7 +21,24 @@ const startConversation = (secret: string, tokenBody: unknown = { user: { id: "a
 const conversationCount = (channelId: string) =>
   Effect.map(query<{ n: string }>("SELECT count(*) AS n FROM conversations WHERE channel_id = $1", [channelId]), (rows) => Number(rows[0]!.n))
 
-layer(TestNodeLive({ TOKEN_SIGNING_KEY: SIGNING_KEY, TRUSTED_PROXIES: "127.0.0.1/32" }), { excludeTestServices: true })(
+/** Per tenant and per hour, so that no window ends within a test: tests other than the 429 one post fewer. */
+const ACTIVITY_LIMIT = 30
+
+const post = (token: string, id: string, body: unknown, headers: Record<string, string> = {}) =>
+  chat("POST", `/conversations/${id}/activities`, { bearer: token, body, headers })
+
+/** The stored activities of a conversation, in order, as the tenant API shows them. */
+const storedActivities = (apiKey: string, id: string) =>
+  Effect.map(tenantApi(apiKey, "GET", `/conversations/${id}/activities`), (reply) => reply.body.data as Array<any>)
+
+layer(
+  TestNodeLive({
+    TOKEN_SIGNING_KEY: SIGNING_KEY,
+    TRUSTED_PROXIES: "127.0.0.1/32",
+    RATE_LIMITS: JSON.stringify({ activity_create: { limit: ACTIVITY_LIMIT, scale_ms: 3_600_000 } })
+  }),
+  { excludeTestServices: true }
+)(
   "client API conversations",
   (it) => {
     describe("POST /conversations", () => {
@@ -148,6 +165,125 @@ layer(TestNodeLive({ TOKEN_SIGNING_KEY: SIGNING_KEY, TRUSTED_PROXIES: "127.0.0.1
           expectError(yield* chat("POST", `/conversations/${theirs.id}/close`, { bearer: mine.parent }), 404, "not_found")
           const statuses = yield* query<{ status: string }>("SELECT status FROM conversations WHERE id = ANY($1::uuid[])", [[mine.id, theirs.id]])
           expect(statuses.map((r) => r.status)).toEqual(["active", "active"])
+        }))
+    })
+
+    describe("POST /conversations/:id/activities", () => {
+      it.effect("200 {id}; the sender is from.id, else the token's user, else user; channelData (or its alias metadata) stored as metadata", () =>
+        Effect.gen(function*() {
+          const { channel, tenant } = yield* tenantWithChannel
+          const { id, token } = yield* startConversation(channel.secret)
+          const first = yield* post(token, id, { text: "hello", channelData: { a: 1 }, metadata: { ignored: true }, ignored: 1 })
+          expect(first).toMatchObject({ status: 200, body: { id: expect.any(String) } })
+          expect(Object.keys(first.body)).toEqual(["id"])
+          yield* post(token, id, { text: "as bot", from: { id: "bot-7" }, metadata: { b: 2 } })
+          const anonymous = yield* generateToken(channel.secret)
+          yield* post(anonymous, id, { type: "event", attachments: [{ contentType: "text/plain", name: "a", extra: "dropped" }] })
+          const stored = yield* storedActivities(tenant.api_key, id)
+          expect(stored.map((a) => [a.id === first.body.id, a.type, a.sender, a.text, a.metadata])).toEqual([
+            [true, "message", "alice", "hello", { a: 1 }],
+            [false, "message", "bot-7", "as bot", { b: 2 }],
+            [false, "event", "user", null, {}]
+          ])
+          expect(stored[2].attachments).toEqual([{ contentType: "text/plain", name: "a" }])
+        }))
+
+      it.effect("x-idempotency-key: a repeat answers the original id and stores nothing", () =>
+        Effect.gen(function*() {
+          const { channel } = yield* tenantWithChannel
+          const { id, token } = yield* startConversation(channel.secret)
+          const first = yield* post(token, id, { text: "once" }, { "x-idempotency-key": "k-1" })
+          const before = yield* storedState(id)
+          const again = yield* post(token, id, { text: "once" }, { "x-idempotency-key": "k-1" })
+          expect(again).toMatchObject({ status: 200, body: { id: first.body.id } })
+          expect(yield* storedState(id)).toEqual(before)
+        }))
+
+      it.effect("typed messages: text filled from the payload; replies, reactions and edits name an activity of this conversation", () =>
+        Effect.gen(function*() {
+          const { channel, tenant } = yield* tenantWithChannel
+          const { id, token } = yield* startConversation(channel.secret)
+          const typed = yield* post(token, id, { messageType: "buttons", payload: { text: "Pick one", buttons: [{ label: "A", value: "a" }] } })
+          expect(typed.status).toBe(200)
+          const reaction = yield* post(token, id, { type: "messageReaction", text: "👍", replyToId: typed.body.id })
+          expect(reaction.status).toBe(200)
+          const stored = yield* storedActivities(tenant.api_key, id)
+          expect(stored.map((a) => [a.type, a.text, a.message_type, a.reply_to_id])).toEqual([
+            ["message", "Pick one", "buttons", null],
+            ["messageReaction", "👍", null, typed.body.id]
+          ])
+        }))
+
+      it.effect("422 invalid_message for every rule of the body table, details keyed by stored names; nothing stored", () =>
+        Effect.gen(function*() {
+          const { channel, tenant } = yield* tenantWithChannel
+          const { id, token } = yield* startConversation(channel.secret)
+          const other = yield* startConversation(channel.secret)
+          const elsewhere = yield* post(other.token, other.id, { text: "elsewhere" })
+          const before = yield* storedState(id)
+          const attachment = { contentType: "text/plain" }
+          const cases: ReadonlyArray<readonly [unknown, string]> = [
+            [{ type: "deliveryReceipt" }, "type"],
+            [{ type: "nonsense" }, "type"],
+            [{ text: 7 }, "text"],
+            [{ text: "é".repeat(32_769) }, "text"],
+            [{ type: "messageReaction", text: "x".repeat(65), replyToId: elsewhere.body.id }, "text"],
+            [{ attachments: Array.from({ length: 11 }, () => attachment) }, "attachments"],
+            [{ attachments: [{ contentType: "text/plain", content: "x".repeat(4_100) }] }, "attachments"],
+            [{ attachments: [{ name: "no type" }] }, "attachments"],
+            [{ type: "messageDelete" }, "reply_to_id"],
+            [{ replyToId: "not-a-uuid" }, "reply_to_id"],
+            [{ replyToId: elsewhere.body.id }, "reply_to_id"],
+            [{ channelData: { big: "x".repeat(16_400) } }, "metadata"],
+            [{ channelData: [1] }, "metadata"],
+            [{ messageType: "buttons" }, "payload"],
+            [{ messageType: "card", payload: { title: "x".repeat(131_100) } }, "payload"],
+            [{ messageType: "buttons", payload: { text: "no buttons" } }, "payload"],
+            [{ type: "event", messageType: "image", payload: { url: "https://example.com/a.png" } }, "message_type"],
+            [{ from: "someone" }, "sender"],
+            [{ from: { id: 5 } }, "sender"]
+          ]
+          for (const [body, field] of cases) {
+            const reply = yield* post(token, id, body)
+            expect(reply.status, JSON.stringify(body).slice(0, 80)).toBe(422)
+            expect(reply.body.error.code).toBe("invalid_message")
+            expect(Object.keys(reply.body.error.details), JSON.stringify(body).slice(0, 80)).toContain(field)
+          }
+          expect(yield* storedState(id)).toEqual(before)
+          expect((yield* storedActivities(tenant.api_key, id)).length).toBe(0)
+        }))
+
+      it.effect("403 forbidden on another conversation, 403 without write, 404 for another channel's, 409 when closed; nothing stored", () =>
+        Effect.gen(function*() {
+          const { channel, tenant } = yield* tenantWithChannel
+          const other = yield* insertChannel(tenant.id)
+          const mine = yield* startConversation(channel.secret)
+          const theirs = yield* startConversation(other.secret)
+          const readOnly = yield* generateToken(channel.secret, { permissions: ["read", "typing"] })
+          const before = [yield* storedState(mine.id), yield* storedState(theirs.id)]
+          expectError(yield* post(mine.token, theirs.id, { text: "x" }), 403, "forbidden")
+          expectError(yield* post(readOnly, mine.id, { text: "x" }), 403, "insufficient_permission", { required: ["write"] })
+          expectError(yield* post(mine.parent, theirs.id, { text: "x" }), 404, "not_found")
+          expect([yield* storedState(mine.id), yield* storedState(theirs.id)]).toEqual(before)
+          yield* chat("POST", `/conversations/${mine.id}/close`, { bearer: mine.token })
+          const closed = yield* storedState(mine.id)
+          expectError(yield* post(mine.token, mine.id, { text: "x" }), 409, "conversation_closed")
+          expect(yield* storedState(mine.id)).toEqual(closed)
+        }))
+
+      it.effect("429 past activity_create, a bucket shared with the tenant API; a stored key still answers its id", () =>
+        Effect.gen(function*() {
+          const { channel, tenant } = yield* tenantWithChannel
+          const { id, token } = yield* startConversation(channel.secret)
+          const kept = yield* post(token, id, { text: "kept" }, { "x-idempotency-key": "kept" })
+          for (let i = 1; i < ACTIVITY_LIMIT; i++) expect((yield* post(token, id, { text: `m${i}` })).status).toBe(200)
+          const before = yield* storedState(id)
+          const limited = yield* post(token, id, { text: "over" })
+          expect(limited.status).toBe(429)
+          expect(limited.body.error).toMatchObject({ code: "rate_limited", details: { retry_after_ms: expect.any(Number) } })
+          expect((yield* tenantApi(tenant.api_key, "POST", `/conversations/${id}/activities`, { text: "tenant" })).status).toBe(429)
+          expect(yield* post(token, id, { text: "kept" }, { "x-idempotency-key": "kept" })).toMatchObject({ status: 200, body: { id: kept.body.id } })
+          expect(yield* storedState(id)).toEqual(before)
         }))
     })
   }

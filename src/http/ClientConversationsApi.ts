@@ -3,6 +3,8 @@ import * as HttpApiGroup from "@effect/platform/HttpApiGroup"
 import { Schema } from "effect"
 import {
   ConversationClosed,
+  InvalidMessage,
+  RateLimited,
   CredentialChannelInactive,
   Forbidden,
   InsufficientPermission,
@@ -12,6 +14,7 @@ import {
   Unavailable
 } from "../domain/ApiError.js"
 import { ConversationId } from "../domain/Conversation.js"
+import { ClientActivityBody } from "./ClientActivityWire.js"
 import { ClientAuth } from "./ClientAuth.js"
 import { envelope } from "./ErrorEnvelope.js"
 import { optionalBody } from "./OptionalBody.js"
@@ -58,6 +61,16 @@ export class ClientConversationsApi extends HttpApiGroup.make("clientConversatio
   )
   .add(status("close", "close"))
   .add(status("reopen", "reopen"))
+  .add(
+    HttpApiEndpoint.post("postActivity", "/conversations/:id/activities")
+      .setPath(ConversationPath)
+      .setHeaders(Schema.Struct({ "x-idempotency-key": Schema.optional(Schema.String) }))
+      .setPayload(ClientActivityBody)
+      .addSuccess(Schema.Struct({ id: Schema.String }))
+      .addError(envelope(InvalidMessage))
+      .addError(envelope(RateLimited))
+      .addError(envelope(OutcomeUnknown))
+  )
   .addError(envelope(Unauthorized))
   .addError(envelope(CredentialChannelInactive))
   .addError(envelope(Forbidden))

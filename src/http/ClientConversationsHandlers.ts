@@ -1,14 +1,18 @@
 import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import { Effect } from "effect"
+import { Effect, Either } from "effect"
 import { type ClientPrincipal, requireConversationBinding, requirePermission } from "../auth/ClientAccess.js"
 import { ClientTokens } from "../auth/ClientTokens.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { Conversations, type ConversationScope } from "../conversations/Conversations.js"
+import { postActivity } from "../conversations/PostActivity.js"
 import { CredentialChannelInactive, Forbidden, Unauthorized } from "../domain/ApiError.js"
 import type { ConversationId } from "../domain/Conversation.js"
 import type { Permission } from "../domain/ClientToken.js"
+import { RateLimiter } from "../ratelimit/RateLimiter.js"
+import { activityInputOf } from "./ClientActivityWire.js"
 import { ParleyApi } from "./ParleyApi.js"
+import { RequestArrival } from "./RequestId.js"
 import { streamUrl } from "./StreamUrl.js"
 
 /** What a client token reaches: its own tenant and channel. */
@@ -30,6 +34,7 @@ export const ClientConversationsHandlers = HttpApiBuilder.group(ParleyApi, "clie
     const config = yield* AppConfig
     const conversations = yield* Conversations
     const tokens = yield* ClientTokens
+    const post = postActivity(conversations, yield* RateLimiter)
 
     /** A token bound to the conversation, derived from the caller's, and the socket URL to stream it. */
     const session = (client: ClientPrincipal, conversationId: ConversationId, watermark?: string) =>
@@ -86,5 +91,14 @@ export const ClientConversationsHandlers = HttpApiBuilder.group(ParleyApi, "clie
         }))
       .handle("close", setStatus("closed"))
       .handle("reopen", setStatus("active"))
+      .handle("postActivity", ({ headers, path, payload }) =>
+        Effect.gen(function*() {
+          const client = yield* onConversation(path.id, "write")
+          const input = activityInputOf(payload, client.userId)
+          if (Either.isLeft(input)) return yield* input.left
+          const arrivedAt = (yield* RequestArrival) ?? Date.now()
+          const stored = yield* post(scopeOf(client), path.id, input.right, headers["x-idempotency-key"], arrivedAt)
+          return { id: stored.id }
+        }))
   }))
 

@@ -1,5 +1,6 @@
 import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Effect } from "effect"
+import { withScope } from "../auth/TenantCredential.js"
 import { Conversations } from "../conversations/Conversations.js"
 import { postActivity } from "../conversations/PostActivity.js"
 import { BadRequest } from "../domain/ApiError.js"
@@ -35,7 +36,10 @@ export const ConversationsHandlers = HttpApiBuilder.group(ParleyApi, "conversati
         Effect.flatMap(
           Effect.all([CurrentCredential, RequestArrival]),
           ([credential, arrivedAt]) =>
-            Effect.map(post(credential, path.id, payload, headers["x-idempotency-key"], arrivedAt ?? Date.now()), (data) => ({ data }))
+            Effect.map(
+              withScope(credential, "write", post(credential, path.id, payload, headers["x-idempotency-key"], arrivedAt ?? Date.now())),
+              (data) => ({ data })
+            )
         ))
       .handle("listActivities", ({ path, urlParams }) =>
         Effect.gen(function*() {
