@@ -286,5 +286,134 @@ layer(
           expect(yield* storedState(id)).toEqual(before)
         }))
     })
+
+    describe("GET /conversations/:id/activities", () => {
+      /** A conversation of five activities: m1, m2, a typed message from a bot, m4, m5. */
+      const fiveActivities = Effect.gen(function*() {
+        const { channel, tenant } = yield* tenantWithChannel
+        const started = yield* startConversation(channel.secret)
+        const ids: Array<string> = []
+        for (const body of [
+          { text: "m1" },
+          { text: "m2", channelData: { k: 1 } },
+          { from: { id: "bot-1" }, messageType: "buttons", payload: { text: "pick", buttons: [{ label: "A", value: "a" }] } },
+          { text: "m4", attachments: [{ contentType: "image/png", contentUrl: "https://example.com/a.png" }] },
+          { text: "m5" }
+        ]) ids.push((yield* post(started.token, started.id, body)).body.id)
+        return { ...started, channel, tenant, ids }
+      })
+      const list = (token: string, id: string, query = "") => chat("GET", `/conversations/${id}/activities${query}`, { bearer: token })
+      const texts = (reply: { readonly body: any }) => reply.body.activities.map((a: any) => a.text)
+
+      it.effect("the client shape without seq, oldest first; the watermark of the last one; an empty page echoes the position", () =>
+        Effect.gen(function*() {
+          const { id, ids, token } = yield* fiveActivities
+          const all = yield* list(token, id)
+          expect(all.status).toBe(200)
+          expect(all.body).toEqual({ activities: expect.any(Array), watermark: 5, has_more: false })
+          expect(texts(all)).toEqual(["m1", "m2", "pick", "m4", "m5"])
+          expect(all.body.activities[1]).toEqual({
+            id: ids[1],
+            type: "message",
+            from: { id: "alice" },
+            text: "m2",
+            timestamp: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/),
+            attachments: [],
+            conversationId: id,
+            channelData: { k: 1 },
+            replyToId: null,
+            messageType: null,
+            payload: null,
+            editedAt: null,
+            deletedAt: null
+          })
+          expect(all.body.activities[2]).toMatchObject({ from: { id: "bot-1" }, messageType: "buttons", payload: { text: "pick" } })
+          expect((yield* list(token, id, "?watermark=5")).body).toEqual({ activities: [], watermark: 5, has_more: false })
+          expect((yield* list(token, id, "?watermark=9")).body).toEqual({ activities: [], watermark: 9, has_more: false })
+        }))
+
+      it.effect("forward paging with the watermark: nothing duplicated or skipped; every accepted form; an invalid one starts over", () =>
+        Effect.gen(function*() {
+          const { id, ids, token } = yield* fiveActivities
+          const seen: Array<string> = []
+          let watermark: number | null = null
+          for (let pages = 0; pages < 5; pages++) {
+            const page: { readonly body: any } = yield* list(token, id, `?limit=2${watermark === null ? "" : `&watermark=${watermark}`}`)
+            seen.push(...texts(page))
+            watermark = page.body.watermark
+            if (!page.body.has_more) break
+          }
+          expect(seen).toEqual(["m1", "m2", "pick", "m4", "m5"])
+          const opaque = Buffer.from("seq:2").toString("base64url")
+          const legacy = Buffer.from(ids[1]!).toString("base64url")
+          for (const form of ["2", opaque, legacy]) {
+            const reply = yield* list(token, id, `?watermark=${form}`)
+            expect(texts(reply), form).toEqual(["pick", "m4", "m5"])
+          }
+          expect((yield* list(token, id, `?watermark=${opaque}`)).headers.get("deprecation")).not.toBeNull()
+          expect((yield* list(token, id, "?watermark=2")).headers.get("deprecation")).toBeNull()
+          for (const invalid of ["garbage", "-3", Buffer.from(crypto.randomUUID()).toString("base64url")]) {
+            const reply = yield* list(token, id, `?watermark=${invalid}`)
+            expect(reply.status).toBe(200)
+            expect(texts(reply), invalid).toEqual(["m1", "m2", "pick", "m4", "m5"])
+          }
+        }))
+
+      it.effect("backward paging: the newest first page, cursor as the next before, null at the first activity", () =>
+        Effect.gen(function*() {
+          const { id, token } = yield* fiveActivities
+          const newest = yield* list(token, id, "?direction=backward&limit=2")
+          expect(newest.body).toMatchObject({ watermark: 5, has_more: true, cursor: "4" })
+          expect(texts(newest)).toEqual(["m4", "m5"])
+          const older = yield* list(token, id, `?direction=backward&limit=2&before=${newest.body.cursor}`)
+          expect(older.body).toMatchObject({ watermark: 3, has_more: true, cursor: "2" })
+          expect(texts(older)).toEqual(["m2", "pick"])
+          const first = yield* list(token, id, `?direction=backward&limit=2&before=${older.body.cursor}`)
+          expect(first.body).toEqual({ activities: [expect.objectContaining({ text: "m1" })], watermark: 1, has_more: false, cursor: null })
+          expect((yield* list(token, id, "?direction=backward&before=1")).body).toEqual({ activities: [], watermark: null, has_more: false, cursor: null })
+          expect((yield* list(token, id, "?limit=2")).body).not.toHaveProperty("cursor")
+        }))
+
+      it.effect("format=frames: frames relative to the token's user (or userId for a token without one), cursor on backward pages", () =>
+        Effect.gen(function*() {
+          const { channel, id, ids, token } = yield* fiveActivities
+          const frames = yield* list(token, id, "?format=frames")
+          expect(frames.body).toEqual({ frames: expect.any(Array), watermark: 5, has_more: false })
+          expect(frames.body.frames[0]).toEqual({
+            type: "text",
+            seq: 1,
+            id: ids[0],
+            from: "user",
+            sender: { id: "alice", role: "user" },
+            data: { text: "m1" },
+            timestamp: expect.any(Number)
+          })
+          expect(frames.body.frames[2]).toMatchObject({ type: "buttons", seq: 3, from: "bot", sender: { id: "bot-1", role: "bot" }, data: { text: "pick" } })
+          expect(frames.body.frames[3].data).toEqual({ text: "m4", attachments: [{ contentType: "image/png", contentUrl: "https://example.com/a.png" }] })
+          const anonymous = yield* generateToken(channel.secret, { scope: "channel" })
+          const asBot = yield* list(anonymous, id, "?format=frames&userId=bot-1")
+          expect(asBot.body.frames.map((f: any) => f.from)).toEqual(["bot", "bot", "user", "bot", "bot"])
+          const ignored = yield* list(token, id, "?format=frames&userId=bot-1")
+          expect(ignored.body.frames[0].from).toBe("user")
+          const backward = yield* list(token, id, "?format=frames&direction=backward&limit=1")
+          expect(backward.body).toMatchObject({ watermark: 5, has_more: true, cursor: "5" })
+        }))
+
+      it.effect("400 for a malformed before, direction, format or limit; 403 without read or on another conversation; 404 for another channel's", () =>
+        Effect.gen(function*() {
+          const { channel, id, tenant, token } = yield* fiveActivities
+          for (const query of ["?before=0", "?before=abc", "?before=-1", "?before=1.5", "?direction=sideways", "?format=xml", "?limit=0"]) {
+            expectError(yield* list(token, id, query), 400, "bad_request", null, query)
+          }
+          const writeOnly = yield* generateToken(channel.secret, { permissions: ["write"] })
+          expectError(yield* list(writeOnly, id), 403, "insufficient_permission", { required: ["read"] })
+          const other = yield* insertChannel(tenant.id)
+          const theirs = yield* startConversation(other.secret)
+          expectError(yield* list(token, theirs.id), 403, "forbidden")
+          const unscoped = yield* generateToken(channel.secret)
+          const foreign = yield* list(unscoped, theirs.id)
+          expectError(foreign, 404, "not_found")
+        }))
+    })
   }
 )

@@ -14,7 +14,7 @@ import {
   Unavailable
 } from "../domain/ApiError.js"
 import { ConversationId } from "../domain/Conversation.js"
-import { ClientActivityBody } from "./ClientActivityWire.js"
+import { ActivityFrame, ClientActivity, ClientActivityBody } from "./ClientActivityWire.js"
 import { ClientAuth } from "./ClientAuth.js"
 import { envelope } from "./ErrorEnvelope.js"
 import { optionalBody } from "./OptionalBody.js"
@@ -31,6 +31,19 @@ export const CreateConversationBody = optionalBody({
     ))
   )
 })
+
+const PageFields = {
+  watermark: Schema.NullOr(Schema.Int),
+  has_more: Schema.Boolean,
+  /** Backward pages only: the `before` of the next older page, null at the first activity. */
+  cursor: Schema.optional(Schema.NullOr(Schema.String))
+}
+
+/** A page of `GET …/activities`: activities (without `seq`), or with `format=frames` Protocol v1 frames. */
+const ActivityPage = Schema.Union(
+  Schema.Struct({ activities: Schema.Array(ClientActivity), ...PageFields }),
+  Schema.Struct({ frames: Schema.Array(ActivityFrame), ...PageFields })
+)
 
 /** What create and reconnect answer: a token bound to the conversation and where to stream it. */
 const ConversationSession = Schema.Struct({
@@ -70,6 +83,19 @@ export class ClientConversationsApi extends HttpApiGroup.make("clientConversatio
       .addError(envelope(InvalidMessage))
       .addError(envelope(RateLimited))
       .addError(envelope(OutcomeUnknown))
+  )
+  .add(
+    HttpApiEndpoint.get("listActivities", "/conversations/:id/activities")
+      .setPath(ConversationPath)
+      .setUrlParams(Schema.Struct({
+        watermark: Schema.optional(Schema.String),
+        before: Schema.optional(Schema.String),
+        direction: Schema.optional(Schema.Literal("forward", "backward")),
+        format: Schema.optional(Schema.Literal("activities", "frames")),
+        userId: Schema.optional(Schema.String),
+        limit: Schema.optional(Schema.String)
+      }))
+      .addSuccess(ActivityPage)
   )
   .addError(envelope(Unauthorized))
   .addError(envelope(CredentialChannelInactive))

@@ -6,11 +6,14 @@ import { ClientTokens } from "../auth/ClientTokens.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { Conversations, type ConversationScope } from "../conversations/Conversations.js"
 import { postActivity } from "../conversations/PostActivity.js"
-import { CredentialChannelInactive, Forbidden, Unauthorized } from "../domain/ApiError.js"
+import { BadRequest, CredentialChannelInactive, Forbidden, Unauthorized } from "../domain/ApiError.js"
 import type { ConversationId } from "../domain/Conversation.js"
 import type { Permission } from "../domain/ClientToken.js"
 import { RateLimiter } from "../ratelimit/RateLimiter.js"
-import { activityInputOf } from "./ClientActivityWire.js"
+import { activityInputOf, clientActivityOf, frameOf } from "./ClientActivityWire.js"
+import { DeprecationWarnings } from "./DeprecationWarnings.js"
+import { noteOpaqueWatermark } from "./OpaqueWatermark.js"
+import { ACTIVITY_PAGE, parseLimit } from "./Paging.js"
 import { ParleyApi } from "./ParleyApi.js"
 import { RequestArrival } from "./RequestId.js"
 import { streamUrl } from "./StreamUrl.js"
@@ -26,6 +29,14 @@ const scopeOf = (client: ClientPrincipal): ConversationScope => ({ tenantId: cli
 const onConversation = (id: ConversationId, permission: Permission) =>
   Effect.zipRight(requireConversationBinding(id), requirePermission(permission))
 
+/** `before`: a positive integer seq, up to the largest exact one; 400 otherwise. */
+const parseBefore = (raw: string | undefined) =>
+  raw === undefined
+    ? Effect.succeed(null)
+    : /^\d{1,16}$/.test(raw) && Number(raw) >= 1 && Number.isSafeInteger(Number(raw))
+    ? Effect.succeed(Number(raw))
+    : Effect.fail(new BadRequest({ message: "before must be a positive integer seq" }))
+
 /** Source marker in the metadata of conversations the client API starts. */
 const CLIENT_SOURCE = "client_api"
 
@@ -35,6 +46,7 @@ export const ClientConversationsHandlers = HttpApiBuilder.group(ParleyApi, "clie
     const conversations = yield* Conversations
     const tokens = yield* ClientTokens
     const post = postActivity(conversations, yield* RateLimiter)
+    const warnings = yield* DeprecationWarnings
 
     /** A token bound to the conversation, derived from the caller's, and the socket URL to stream it. */
     const session = (client: ClientPrincipal, conversationId: ConversationId, watermark?: string) =>
@@ -99,6 +111,33 @@ export const ClientConversationsHandlers = HttpApiBuilder.group(ParleyApi, "clie
           const arrivedAt = (yield* RequestArrival) ?? Date.now()
           const stored = yield* post(scopeOf(client), path.id, input.right, headers["x-idempotency-key"], arrivedAt)
           return { id: stored.id }
+        }))
+      .handle("listActivities", ({ path, urlParams }) =>
+        Effect.gen(function*() {
+          const client = yield* onConversation(path.id, "read")
+          const before = yield* parseBefore(urlParams.before)
+          const limit = yield* parseLimit(urlParams.limit, ACTIVITY_PAGE)
+          const direction = urlParams.direction ?? "forward"
+          yield* noteOpaqueWatermark(warnings, urlParams.watermark, client.channelId)
+          const page = yield* conversations.activities(
+            scopeOf(client),
+            path.id,
+            // An invalid watermark is not an error here: the list starts at the beginning.
+            { watermark: urlParams.watermark, onInvalidWatermark: () => Effect.succeed(null), direction, before },
+            limit
+          )
+          const position = {
+            watermark: page.watermark,
+            has_more: page.hasMore,
+            ...(direction === "backward"
+              ? { cursor: page.hasMore && page.items.length > 0 ? String(page.items[0]!.seq) : null }
+              : {})
+          }
+          if (urlParams.format === "frames") {
+            const viewer = client.userId ?? urlParams.userId ?? null
+            return { frames: page.items.map((activity) => frameOf(activity, viewer)), ...position }
+          }
+          return { activities: page.items.map(clientActivityOf), ...position }
         }))
   }))
 
