@@ -415,5 +415,90 @@ layer(
           expectError(foreign, 404, "not_found")
         }))
     })
+
+    describe("GET /conversations", () => {
+      const listConversations = (token: string, query = "") => chat("GET", `/conversations${query}`, { bearer: token })
+
+      it.effect("a channel-scoped read token lists its channel's conversations, most recently active first, as list items", () =>
+        Effect.gen(function*() {
+          const { channel, tenant } = yield* tenantWithChannel
+          const other = yield* insertChannel(tenant.id)
+          yield* startConversation(other.secret)
+          const titled = yield* startConversation(channel.secret, { user: { id: "alice" } }, { title: "Order 42" })
+          const plain = yield* startConversation(channel.secret, { user: { id: "carol" } })
+          const anonymous = yield* startConversation(channel.secret, {})
+          const hello = yield* post(titled.token, titled.id, { text: "hello" })
+          yield* post(titled.token, titled.id, { type: "event", channelData: { e: 1 } })
+          const gone = yield* post(plain.token, plain.id, { text: "oops" })
+          yield* post(plain.token, plain.id, { type: "messageDelete", replyToId: gone.body.id })
+          const token = yield* generateToken(channel.secret, { scope: "channel", permissions: ["read"] })
+          const reply = yield* listConversations(token)
+          expect(reply.status).toBe(200)
+          expect(reply.body).toEqual({ conversations: expect.any(Array), cursor: null, has_more: false })
+          expect(reply.body.conversations.map((c: any) => c.id)).toEqual([plain.id, titled.id, anonymous.id])
+          const [deleted, withTitle, none] = reply.body.conversations
+          expect(withTitle).toEqual({
+            id: titled.id,
+            title: "Order 42",
+            contact: "alice",
+            status: "active",
+            lastMessage: "hello",
+            lastMessageAt: expect.any(Number),
+            lastSeq: 2,
+            metadata: { source: "client_api", title: "Order 42" },
+            createdAt: expect.stringMatching(/Z$/),
+            updatedAt: expect.stringMatching(/Z$/)
+          })
+          const stored = yield* storedActivities(tenant.api_key, titled.id)
+          expect(withTitle.lastMessageAt).toBe(Date.parse(stored[0].inserted_at))
+          expect(stored[0].id).toBe(hello.body.id)
+          expect(deleted).toMatchObject({ title: "carol", contact: "carol", lastMessage: null, lastSeq: 2 })
+          expect(none).toMatchObject({ title: "user", contact: "user", lastMessage: null, lastSeq: 0, lastMessageAt: Date.parse(none.updatedAt) })
+        }))
+
+      it.effect("keyset pages on (updatedAt, id) with nothing repeated or skipped; status and updated_since in both forms", () =>
+        Effect.gen(function*() {
+          const { channel } = yield* tenantWithChannel
+          const started: Array<string> = []
+          for (let i = 0; i < 5; i++) started.push((yield* startConversation(channel.secret)).id)
+          const closing = yield* startConversation(channel.secret)
+          yield* chat("POST", `/conversations/${closing.id}/close`, { bearer: closing.token })
+          const token = yield* generateToken(channel.secret, { scope: "channel" })
+          const all = (yield* listConversations(token)).body.conversations as Array<any>
+          const seen: Array<string> = []
+          let cursor: string | null = null
+          for (let pages = 0; pages < 10; pages++) {
+            const page: { readonly body: any } = yield* listConversations(token, `?limit=2${cursor === null ? "" : `&cursor=${cursor}`}`)
+            seen.push(...page.body.conversations.map((c: any) => c.id))
+            cursor = page.body.cursor
+            expect(page.body.has_more).toBe(cursor !== null)
+            if (cursor === null) break
+          }
+          expect(seen).toEqual(all.map((c) => c.id))
+          expect(seen.length).toBe(6)
+          expect((yield* listConversations(token, "?status=closed")).body.conversations.map((c: any) => c.id)).toEqual([closing.id])
+          expect((yield* listConversations(token, "?status=active")).body.conversations.length).toBe(5)
+          const since = all[2].updatedAt as string
+          const iso = yield* listConversations(token, `?updated_since=${encodeURIComponent(since)}`)
+          expect(iso.body.conversations.map((c: any) => c.id)).toEqual(all.slice(0, 3).map((c) => c.id))
+          const ms = yield* listConversations(token, `?updated_since=${Date.parse(all[2].updatedAt) + 1}`)
+          expect(ms.body.conversations.every((c: any) => Date.parse(c.updatedAt) >= Date.parse(all[2].updatedAt) + 1)).toBe(true)
+          expect((yield* listConversations(token, `?updated_since=${Date.now() + 60_000}`)).body.conversations).toEqual([])
+        }))
+
+      it.effect("400 for a bad cursor, status, updated_since or limit; 403 forbidden for unscoped and bound tokens, insufficient_permission without read", () =>
+        Effect.gen(function*() {
+          const { channel } = yield* tenantWithChannel
+          const { parent, token } = yield* startConversation(channel.secret)
+          const scoped = yield* generateToken(channel.secret, { scope: "channel" })
+          for (const query of ["?cursor=nope", "?status=open", "?updated_since=yesterday", "?updated_since=2030-02-30T00:00:00Z", "?limit=-1"]) {
+            expectError(yield* listConversations(scoped, query), 400, "bad_request", null, query)
+          }
+          expectError(yield* listConversations(parent), 403, "forbidden")
+          expectError(yield* listConversations(token), 403, "forbidden")
+          const writeOnly = yield* generateToken(channel.secret, { scope: "channel", permissions: ["write"] })
+          expectError(yield* listConversations(writeOnly), 403, "insufficient_permission", { required: ["read"] })
+        }))
+    })
   }
 )

@@ -26,7 +26,7 @@ import { ActivityRepo } from "./ActivityRepo.js"
 import { type ConversationCore, MOVED_RETRY_MS } from "./ConversationCore.js"
 import { ConversationCores } from "./ConversationCores.js"
 import { type AppendRequest, ConversationOwners } from "./ConversationOwners.js"
-import { ConversationRepo, type ListFilter } from "./ConversationRepo.js"
+import { type ChannelListFilter, ConversationRepo, type ListFilter } from "./ConversationRepo.js"
 import { ANSWER_TIMEOUT_MS, WRITE_DEADLINE_MS, WRITE_SETTLED_AFTER_MS } from "./WriteTimings.js"
 
 
@@ -249,6 +249,8 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
 
     const list = (filter: ListFilter) => repo.list(filter).pipe(orUnavailable)
 
+    const listForChannel = (filter: ChannelListFilter) => repo.listForChannel(filter).pipe(orUnavailable)
+
     /** Checks `reply_to_id`: an activity of this conversation; edits and deletes only of one's own. */
     /**
      * Checks what `reply_to_id` names. A deleted message can still be replied to or deleted again,
@@ -422,7 +424,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
     /** Creates a conversation on a channel, which becomes its origin; the channel must exist (404) and be active (400). */
     const create = (input: Parameters<typeof repo.create>[0]) => repo.create(input).pipe(orUnavailable)
 
-    return { get, list, append, storedUnderKey, setStatus, activities, create } as const
+    return { get, list, listForChannel, append, storedUnderKey, setStatus, activities, create } as const
   }),
   dependencies: [ConversationRepo.Default]
 }) {}

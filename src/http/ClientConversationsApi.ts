@@ -16,6 +16,7 @@ import {
 import { ConversationId } from "../domain/Conversation.js"
 import { ActivityFrame, ClientActivity, ClientActivityBody } from "./ClientActivityWire.js"
 import { ClientAuth } from "./ClientAuth.js"
+import { ConversationListItem } from "./ConversationListItem.js"
 import { envelope } from "./ErrorEnvelope.js"
 import { optionalBody } from "./OptionalBody.js"
 
@@ -65,6 +66,20 @@ export class ClientConversationsApi extends HttpApiGroup.make("clientConversatio
     HttpApiEndpoint.post("create", "/conversations")
       .setPayload(CreateConversationBody)
       .addSuccess(ConversationSession, { status: 201 })
+  )
+  .add(
+    HttpApiEndpoint.get("list", "/conversations")
+      .setUrlParams(Schema.Struct({
+        limit: Schema.optional(Schema.String),
+        cursor: Schema.optional(Schema.String),
+        status: Schema.optional(Schema.Literal("active", "closed")),
+        updated_since: Schema.optional(Schema.String)
+      }))
+      .addSuccess(Schema.Struct({
+        conversations: Schema.Array(ConversationListItem),
+        cursor: Schema.NullOr(Schema.String),
+        has_more: Schema.Boolean
+      }))
   )
   .add(
     HttpApiEndpoint.get("reconnect", "/conversations/:id")

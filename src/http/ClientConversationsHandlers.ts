@@ -1,19 +1,21 @@
 import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import { Effect, Either } from "effect"
-import { type ClientPrincipal, requireConversationBinding, requirePermission } from "../auth/ClientAccess.js"
+import { Effect, Either, Option } from "effect"
+import { type ClientPrincipal, requireChannelScope, requireConversationBinding, requirePermission } from "../auth/ClientAccess.js"
 import { ClientTokens } from "../auth/ClientTokens.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { Conversations, type ConversationScope } from "../conversations/Conversations.js"
 import { postActivity } from "../conversations/PostActivity.js"
 import { BadRequest, CredentialChannelInactive, Forbidden, Unauthorized } from "../domain/ApiError.js"
 import type { ConversationId } from "../domain/Conversation.js"
+import { parseInstant } from "../domain/Instant.js"
 import type { Permission } from "../domain/ClientToken.js"
 import { RateLimiter } from "../ratelimit/RateLimiter.js"
 import { activityInputOf, clientActivityOf, frameOf } from "./ClientActivityWire.js"
+import { listItemOf } from "./ConversationListItem.js"
 import { DeprecationWarnings } from "./DeprecationWarnings.js"
 import { noteOpaqueWatermark } from "./OpaqueWatermark.js"
-import { ACTIVITY_PAGE, parseLimit } from "./Paging.js"
+import { ACTIVITY_PAGE, CONVERSATION_PAGE, decodeCursor, encodeCursor, parseLimit } from "./Paging.js"
 import { ParleyApi } from "./ParleyApi.js"
 import { RequestArrival } from "./RequestId.js"
 import { streamUrl } from "./StreamUrl.js"
@@ -36,6 +38,16 @@ const parseBefore = (raw: string | undefined) =>
     : /^\d{1,16}$/.test(raw) && Number(raw) >= 1 && Number.isSafeInteger(Number(raw))
     ? Effect.succeed(Number(raw))
     : Effect.fail(new BadRequest({ message: "before must be a positive integer seq" }))
+
+/** `updated_since`: ISO 8601 or milliseconds since the epoch, as an ISO instant; 400 otherwise. */
+const parseUpdatedSince = (raw: string | undefined) => {
+  if (raw === undefined) return Effect.succeed(null)
+  const instant = /^\d{1,15}$/.test(raw) ? Option.some(new Date(Number(raw))) : parseInstant(raw)
+  return Option.match(instant, {
+    onNone: () => Effect.fail(new BadRequest({ message: "updated_since must be ISO 8601 or milliseconds since the epoch" })),
+    onSome: (date) => Effect.succeed(date.toISOString())
+  })
+}
 
 /** Source marker in the metadata of conversations the client API starts. */
 const CLIENT_SOURCE = "client_api"
@@ -93,6 +105,26 @@ export const ClientConversationsHandlers = HttpApiBuilder.group(ParleyApi, "clie
             })
           )
           return yield* session(client, conversation.id)
+        }))
+      .handle("list", ({ urlParams }) =>
+        Effect.gen(function*() {
+          const client = yield* Effect.zipRight(requireChannelScope, requirePermission("read"))
+          const limit = yield* parseLimit(urlParams.limit, CONVERSATION_PAGE)
+          const after = urlParams.cursor === undefined ? null : yield* decodeCursor(urlParams.cursor)
+          const page = yield* conversations.listForChannel({
+            tenantId: client.tenantId,
+            channelId: client.channelId,
+            status: urlParams.status ?? null,
+            updatedSince: yield* parseUpdatedSince(urlParams.updated_since),
+            after,
+            limit
+          })
+          const last = page.items[page.items.length - 1]
+          return {
+            conversations: page.items.map(listItemOf),
+            cursor: page.hasMore && last !== undefined ? encodeCursor(last.updated_at, last.id) : null,
+            has_more: page.hasMore
+          }
         }))
       .handle("reconnect", ({ path, urlParams }) =>
         Effect.gen(function*() {
