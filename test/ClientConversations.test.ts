@@ -491,7 +491,7 @@ layer(
           const { channel } = yield* tenantWithChannel
           const { parent, token } = yield* startConversation(channel.secret)
           const scoped = yield* generateToken(channel.secret, { scope: "channel" })
-          for (const query of ["?cursor=nope", "?status=open", "?updated_since=yesterday", "?updated_since=2030-02-30T00:00:00Z", "?limit=-1"]) {
+          for (const query of ["?cursor=nope", "?status=open", "?updated_since=yesterday", "?updated_since=2030-02-30T00:00:00Z", "?updated_since=99999999999999", "?limit=-1"]) {
             expectError(yield* listConversations(scoped, query), 400, "bad_request", null, query)
           }
           expectError(yield* listConversations(parent), 403, "forbidden")

@@ -42,7 +42,7 @@ const parseBefore = (raw: string | undefined) =>
 /** `updated_since`: ISO 8601 or milliseconds since the epoch, as an ISO instant; 400 otherwise. */
 const parseUpdatedSince = (raw: string | undefined) => {
   if (raw === undefined) return Effect.succeed(null)
-  const instant = /^\d{1,15}$/.test(raw) ? Option.some(new Date(Number(raw))) : parseInstant(raw)
+  const instant = /^\d{1,13}$/.test(raw) ? Option.some(new Date(Number(raw))) : parseInstant(raw)
   return Option.match(instant, {
     onNone: () => Effect.fail(new BadRequest({ message: "updated_since must be ISO 8601 or milliseconds since the epoch" })),
     onSome: (date) => Effect.succeed(date.toISOString())
