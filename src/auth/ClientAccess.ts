@@ -1,16 +1,19 @@
 import { Context, Effect } from "effect"
 import { Forbidden, InsufficientPermission, NotFound } from "../domain/ApiError.js"
+import type { ChannelId } from "../domain/Channel.js"
 import { allPermissions, type ClientTokenClaims, type Permission } from "../domain/ClientToken.js"
+import type { ConversationId } from "../domain/Conversation.js"
+import type { TenantId } from "../domain/Tenant.js"
 
 /** The three kinds of client-api.md "Token kinds". */
 export type ClientTokenKind = "unscoped" | "channel" | "conversation"
 
 /** Who a valid client token speaks for, and what it may do. */
 export interface ClientPrincipal {
-  readonly tenantId: string
-  readonly channelId: string
+  readonly tenantId: TenantId
+  readonly channelId: ChannelId
   /** The conversation of a conversation-bound token. */
-  readonly conversationId: string | null
+  readonly conversationId: ConversationId | null
   readonly userId: string | null
   readonly permissions: ReadonlyArray<Permission>
   readonly kind: ClientTokenKind

@@ -74,17 +74,33 @@ export class ActivityRepo extends Effect.Service<ActivityRepo>()("parley/Activit
       )
 
     const readRange = SqlSchema.findAll({
-      Request: Schema.Struct({ conversationId: ConversationId, after: Schema.Number, limit: Schema.Number }),
+      Request: Schema.Struct({
+        conversationId: ConversationId,
+        after: Schema.Number,
+        before: Schema.Number,
+        limit: Schema.Number,
+        newestFirst: Schema.Boolean
+      }),
       Result: ActivityFromRow,
-      execute: ({ after, conversationId, limit }) =>
+      execute: ({ after, before, conversationId, limit, newestFirst }) =>
         sql`SELECT ${sql.literal(ACTIVITY_COLUMNS)} FROM activities
-            WHERE conversation_id = ${conversationId} AND seq > ${after}
-            ORDER BY seq LIMIT ${limit}`
+            WHERE conversation_id = ${conversationId} AND seq > ${after} AND seq < ${before}
+            ORDER BY seq ${sql.literal(newestFirst ? "DESC" : "ASC")} LIMIT ${limit}`
     })
 
     /** Up to `limit` activities with seq above `after`, oldest first. */
     const readAfter = (conversationId: ConversationId, after: number, limit: number) =>
-      readRange({ conversationId, after, limit })
+      readRange({ conversationId, after, before: Number.MAX_SAFE_INTEGER, limit, newestFirst: false })
+
+    /**
+     * Up to `limit` activities with seq above `after` and below `before`: the oldest of them first, or
+     * with `newestFirst` the newest of them, newest first (backward paging).
+     */
+    const readBetween = (
+      conversationId: ConversationId,
+      range: { readonly after: number; readonly before: number; readonly newestFirst: boolean },
+      limit: number
+    ) => readRange({ conversationId, ...range, limit })
 
     const findDeleted = SqlSchema.findAll({
       Request: Schema.Struct({ conversationId: ConversationId, ids: Schema.Array(Schema.String) }),
@@ -113,7 +129,7 @@ export class ActivityRepo extends Effect.Service<ActivityRepo>()("parley/Activit
     const headOf = (conversationId: ConversationId) =>
       Effect.map(headsOf([conversationId]), (heads) => heads.get(conversationId) ?? 0)
 
-    return { findExisting, findSettled, statusSettled, deletedAmong, readAfter, headOf, headsOf } as const
+    return { findExisting, findSettled, statusSettled, deletedAmong, readAfter, readBetween, headOf, headsOf } as const
   })
 }) {}
 

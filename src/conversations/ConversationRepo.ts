@@ -63,6 +63,37 @@ export interface ListFilter {
   readonly limit: number
 }
 
+/** Filters of the client API's `GET /conversations`: one channel, most recently active first. */
+export interface ChannelListFilter {
+  readonly tenantId: TenantId
+  readonly channelId: ChannelId
+  readonly status: "active" | "closed" | null
+  /** Only conversations updated at or after this instant (ISO 8601). */
+  readonly updatedSince: string | null
+  /** Keyset position: (updated_at, id) of the last row of the previous page. */
+  readonly after: readonly [string, string] | null
+  readonly limit: number
+}
+
+/** How far back from the head a list looks for a conversation's latest message: a bounded look per row. */
+export const LAST_MESSAGE_WINDOW = 1000
+
+/** A conversation in a channel's list, with its party and latest message. */
+export const ConversationSummary = Schema.Struct({
+  id: ConversationId,
+  status: Schema.Literal("active", "closed"),
+  metadata: Schema.Record({ key: Schema.String, value: Schema.Unknown }),
+  head_seq: Schema.NumberFromString,
+  inserted_at: Schema.String,
+  updated_at: Schema.String,
+  p_external_id: Schema.NullOr(Schema.String),
+  p_display_name: Schema.NullOr(Schema.String),
+  last_text: Schema.NullOr(Schema.String),
+  last_deleted: Schema.NullOr(Schema.Boolean),
+  last_at: Schema.NullOr(Schema.String)
+})
+export type ConversationSummary = typeof ConversationSummary.Type
+
 /** Reads and creates conversations; appends go through the conversation entity. */
 export class ConversationRepo extends Effect.Service<ConversationRepo>()("parley/ConversationRepo", {
   effect: Effect.gen(function*() {
@@ -117,15 +148,54 @@ export class ConversationRepo extends Effect.Service<ConversationRepo>()("parley
         hasMore: rows.length > filter.limit
       }))
 
+    const channelRows = SqlSchema.findAll({
+      Request: Schema.Any,
+      Result: ConversationSummary,
+      execute: (f: ChannelListFilter) =>
+        sql`SELECT c.id, c.status, c.metadata, c.head_seq, c.inserted_at, c.updated_at,
+                   p.external_id AS p_external_id, p.display_name AS p_display_name,
+                   m.text AS last_text, m.deleted AS last_deleted, m.inserted_at AS last_at
+            FROM conversations c
+            LEFT JOIN participants p ON p.id = c.participant_id
+            LEFT JOIN LATERAL (
+              SELECT a.text, a.deleted_at IS NOT NULL AS deleted, a.inserted_at FROM activities a
+              WHERE a.conversation_id = c.id AND a.type = 'message' AND a.seq > c.head_seq - ${LAST_MESSAGE_WINDOW}
+              ORDER BY a.seq DESC LIMIT 1
+            ) m ON true
+            WHERE c.tenant_id = ${f.tenantId} AND c.channel_id = ${f.channelId}
+              ${f.status === null ? sql`` : sql`AND c.status = ${f.status}`}
+              ${f.updatedSince === null ? sql`` : sql`AND c.updated_at >= ${f.updatedSince}::timestamptz`}
+              ${f.after === null ? sql`` : sql`AND (c.updated_at, c.id) < (${f.after[0]}::timestamptz, ${f.after[1]}::uuid)`}
+            ORDER BY c.updated_at DESC, c.id DESC
+            LIMIT ${f.limit + 1}`
+    })
+
+    /** One page of a channel's conversations, most recently active first; `hasMore` when a further row exists. */
+    const listForChannel = (filter: ChannelListFilter) =>
+      Effect.map(channelRows(filter), (rows) => ({ items: rows.slice(0, filter.limit), hasMore: rows.length > filter.limit }))
+
+    /** The channel's participant with this external id, made when it is new. */
+    const participantOf = (tenantId: TenantId, channelId: ChannelId, externalId: string) =>
+      Effect.map(
+        sql<{ id: string }>`
+          INSERT INTO participants (id, tenant_id, channel_id, external_id)
+          VALUES (${crypto.randomUUID()}, ${tenantId}, ${channelId}, ${externalId})
+          ON CONFLICT (channel_id, external_id) DO UPDATE SET updated_at = now()
+          RETURNING id`,
+        (rows) => rows[0]?.id ?? null
+      )
+
     /**
      * Creates a conversation on a channel (its origin); the channel is linked with role `origin`. The
      * channel must exist (404) and be active (400 `channel_inactive`) when the conversation commits.
+     * With `participant`, the channel's participant of that external id (made if new) is its party.
      */
     const create = (input: {
       readonly tenantId: TenantId
       readonly channelId: ChannelId
       readonly status: "active" | "closed"
       readonly metadata: Record<string, unknown>
+      readonly participant?: string | undefined
     }) =>
       Effect.gen(function*() {
         const status = yield* parents.lockChannel(input.tenantId, input.channelId)
@@ -133,15 +203,20 @@ export class ConversationRepo extends Effect.Service<ConversationRepo>()("parley
           return yield* new ChannelInactive({ message: `channel ${input.channelId} is inactive` })
         }
         const id = ConversationId.to.make(crypto.randomUUID())
+        const participantId = input.participant === undefined
+          ? null
+          : yield* participantOf(input.tenantId, input.channelId, input.participant)
         yield* sql`
-          INSERT INTO conversations (id, tenant_id, channel_id, origin_channel_id, status, metadata, closed_at)
-          VALUES (${id}, ${input.tenantId}, ${input.channelId}, ${input.channelId}, ${input.status},
+          INSERT INTO conversations (id, tenant_id, channel_id, origin_channel_id, participant_id, status, metadata, closed_at)
+          VALUES (${id}, ${input.tenantId}, ${input.channelId}, ${input.channelId}, ${participantId}, ${input.status},
                   ${JSON.stringify(input.metadata)}::jsonb, ${input.status === "closed" ? sql`now()` : null})`
-        yield* sql`INSERT INTO conversation_channels (conversation_id, channel_id, role) VALUES (${id}, ${input.channelId}, 'origin')`
+        yield* sql`
+          INSERT INTO conversation_channels (conversation_id, channel_id, role, participant_id)
+          VALUES (${id}, ${input.channelId}, 'origin', ${participantId})`
         const row = yield* findRow({ tenantId: input.tenantId, id })
         return yield* Option.match(row, {
           onNone: () => Effect.dieMessage("a conversation just inserted cannot be read back"),
-          onSome: (found) => Effect.succeed(toConversation(found, false))
+          onSome: (found) => Effect.succeed(toConversation(found, input.participant !== undefined))
         })
       }).pipe(inTransaction(sql))
 
@@ -169,6 +244,7 @@ export class ConversationRepo extends Effect.Service<ConversationRepo>()("parley
     return {
       find,
       list,
+      listForChannel,
       create,
       /** The conversation and sender of a tenant's activity, for `reply_to_id` rules. */
       findTarget: (tenantId: TenantId, id: ActivityId) => findTarget({ tenantId, id }),

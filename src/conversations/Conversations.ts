@@ -7,7 +7,6 @@ import {
   clusterUnavailable,
   databaseUnavailable,
   InvalidMessage,
-  InvalidWatermark,
   NotFound,
   OutcomeUnknown,
   Unavailable
@@ -27,7 +26,7 @@ import { ActivityRepo } from "./ActivityRepo.js"
 import { type ConversationCore, MOVED_RETRY_MS } from "./ConversationCore.js"
 import { ConversationCores } from "./ConversationCores.js"
 import { type AppendRequest, ConversationOwners } from "./ConversationOwners.js"
-import { ConversationRepo, type ListFilter } from "./ConversationRepo.js"
+import { type ChannelListFilter, ConversationRepo, type ListFilter } from "./ConversationRepo.js"
 import { ANSWER_TIMEOUT_MS, WRITE_DEADLINE_MS, WRITE_SETTLED_AFTER_MS } from "./WriteTimings.js"
 
 
@@ -250,6 +249,8 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
 
     const list = (filter: ListFilter) => repo.list(filter).pipe(orUnavailable)
 
+    const listForChannel = (filter: ChannelListFilter) => repo.listForChannel(filter).pipe(orUnavailable)
+
     /** Checks `reply_to_id`: an activity of this conversation; edits and deletes only of one's own. */
     /**
      * Checks what `reply_to_id` names. A deleted message can still be replied to or deleted again,
@@ -366,29 +367,56 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
         return { ...after, participant: null }
       })
 
+    /** The seq a watermark stands for; Left with why when it is malformed or names no activity of the conversation. */
+    const watermarkSeq = (id: ConversationId, watermark: string) => {
+      const position = decodeWatermark(watermark)
+      if (Either.isLeft(position)) return Effect.succeed(Either.left(position.left))
+      if (position.right._tag === "Seq") return Effect.succeed(Either.right(position.right.seq))
+      return Effect.map(
+        repo.seqOf(id, position.right.id).pipe(orUnavailable),
+        Option.match({
+          onNone: () => Either.left("the watermark names no activity of this conversation"),
+          onSome: (seq) => Either.right(seq)
+        })
+      )
+    }
+
     /**
-     * A page of activities after a watermark, oldest first. An empty page echoes the position sent.
-     * Malformed watermarks are 400 `invalid_watermark`.
+     * A page of activities, oldest first: forward, the oldest after the watermark; backward, the
+     * newest below `before` (or the head) and after the watermark. `hasMore` says more exist beyond
+     * the page in its direction; `watermark` is the seq of the page's newest activity, and an empty
+     * page echoes the position sent. A watermark that is malformed or names no activity of the
+     * conversation is `onInvalidWatermark`'s: an error, or a position to read from.
      */
-    const activities = (scope: ConversationScope, id: ConversationId, watermark: string | undefined, limit: number) =>
+    const activities = <E>(
+      scope: ConversationScope,
+      id: ConversationId,
+      query: {
+        readonly watermark: string | undefined
+        readonly onInvalidWatermark: (reason: string) => Effect.Effect<number | null, E>
+        readonly direction: "forward" | "backward"
+        readonly before: number | null
+      },
+      limit: number
+    ) =>
       Effect.gen(function*() {
         yield* get(scope, id, { channels: false })
-        let after = 0
-        if (watermark !== undefined) {
-          const position = decodeWatermark(watermark)
-          if (Either.isLeft(position)) return yield* new InvalidWatermark({ message: position.left })
-          if (position.right._tag === "Seq") after = position.right.seq
-          else {
-            const seq = yield* repo.seqOf(id, position.right.id).pipe(orUnavailable)
-            if (Option.isNone(seq)) return yield* new InvalidWatermark({ message: "the watermark names no activity of this conversation" })
-            after = seq.value
-          }
+        let after: number | null = null
+        if (query.watermark !== undefined) {
+          const seq = yield* watermarkSeq(id, query.watermark)
+          after = Either.isRight(seq) ? seq.right : yield* query.onInvalidWatermark(seq.left)
         }
-        const rows = yield* activityRepo.readAfter(id, after, limit + 1).pipe(orUnavailable)
-        const items = rows.slice(0, limit)
+        const newestFirst = query.direction === "backward"
+        const rows = yield* activityRepo.readBetween(
+          id,
+          { after: after ?? 0, before: query.before ?? Number.MAX_SAFE_INTEGER, newestFirst },
+          limit + 1
+        ).pipe(orUnavailable)
+        const page = rows.slice(0, limit)
+        const items = newestFirst ? page.reverse() : page
         return {
           items,
-          watermark: items.length > 0 ? items[items.length - 1]!.seq : watermark === undefined ? null : after,
+          watermark: items.length > 0 ? items[items.length - 1]!.seq : after,
           hasMore: rows.length > limit
         } satisfies ActivityPage
       })
@@ -396,7 +424,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
     /** Creates a conversation on a channel, which becomes its origin; the channel must exist (404) and be active (400). */
     const create = (input: Parameters<typeof repo.create>[0]) => repo.create(input).pipe(orUnavailable)
 
-    return { get, list, append, storedUnderKey, setStatus, activities, create } as const
+    return { get, list, listForChannel, append, storedUnderKey, setStatus, activities, create } as const
   }),
   dependencies: [ConversationRepo.Default]
 }) {}

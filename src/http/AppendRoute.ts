@@ -1,6 +1,6 @@
 import type { ServerResponse } from "node:http"
 import { Cause, Context, Effect, Either, Option, Runtime, Schema } from "effect"
-import type { TenantCredential } from "../auth/TenantCredential.js"
+import { type TenantCredential, withScope } from "../auth/TenantCredential.js"
 import type { ActivityInput } from "../conversations/ActivityRules.js"
 import { Conversations, type KeyCheck } from "../conversations/Conversations.js"
 import { postActivity } from "../conversations/PostActivity.js"
@@ -127,7 +127,7 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
           const payload = readBody(text)
           return typeof payload === "string"
             ? Effect.fail(new BadRequest({ message: payload }))
-            : post(credential, conversationId, payload, header(request, "x-idempotency-key"), arrivedAt, keyCheck)
+            : withScope(credential, "write", post(credential, conversationId, payload, header(request, "x-idempotency-key"), arrivedAt, keyCheck))
         }
         // The router's edge refuses a body nested too deep before any route or credential.
         if (nestsDeeperThan(text, MAX_JSON_DEPTH)) {

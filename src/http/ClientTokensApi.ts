@@ -14,16 +14,7 @@ import {
 import { Characters } from "../domain/Characters.js"
 import { Permission } from "../domain/ClientToken.js"
 import { envelope } from "./ErrorEnvelope.js"
-
-/** A JSON body that may be left out: no body (read as `null`) is the empty object. */
-const optionalBody = <F extends Schema.Struct.Fields>(fields: F) => {
-  const body = Schema.Struct(fields)
-  return Schema.transform(Schema.NullOr(body), Schema.typeSchema(body), {
-    strict: true,
-    decode: (sent) => sent ?? ({} as Schema.Struct.Type<F>),
-    encode: (body) => body
-  })
-}
+import { optionalBody } from "./OptionalBody.js"
 
 /** A user id: it becomes the sender of what the token's holder posts. */
 const UserId = Characters(1, 256)

@@ -1,14 +1,15 @@
 import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Effect } from "effect"
+import { withScope } from "../auth/TenantCredential.js"
 import { Conversations } from "../conversations/Conversations.js"
 import { postActivity } from "../conversations/PostActivity.js"
-import { BadRequest } from "../domain/ApiError.js"
+import { BadRequest, InvalidWatermark } from "../domain/ApiError.js"
 import { ChannelId } from "../domain/Channel.js"
 import type { ConversationId } from "../domain/Conversation.js"
-import { isOpaqueWatermark } from "../domain/Watermark.js"
 import { RateLimiter } from "../ratelimit/RateLimiter.js"
 import { DeprecationWarnings } from "./DeprecationWarnings.js"
-import { CurrentCredential, markDeprecated, requireScope } from "./TenantAuth.js"
+import { noteOpaqueWatermark } from "./OpaqueWatermark.js"
+import { CurrentCredential, requireScope } from "./TenantAuth.js"
 import { ACTIVITY_PAGE, CONVERSATION_PAGE, decodeCursor, encodeCursor, parseId, parseLimit } from "./Paging.js"
 import { ParleyApi } from "./ParleyApi.js"
 import { RequestArrival } from "./RequestId.js"
@@ -35,17 +36,27 @@ export const ConversationsHandlers = HttpApiBuilder.group(ParleyApi, "conversati
         Effect.flatMap(
           Effect.all([CurrentCredential, RequestArrival]),
           ([credential, arrivedAt]) =>
-            Effect.map(post(credential, path.id, payload, headers["x-idempotency-key"], arrivedAt ?? Date.now()), (data) => ({ data }))
+            Effect.map(
+              withScope(credential, "write", post(credential, path.id, payload, headers["x-idempotency-key"], arrivedAt ?? Date.now())),
+              (data) => ({ data })
+            )
         ))
       .handle("listActivities", ({ path, urlParams }) =>
         Effect.gen(function*() {
           const credential = yield* requireScope("read")
           const limit = yield* parseLimit(urlParams.limit, ACTIVITY_PAGE)
-          if (urlParams.watermark !== undefined && isOpaqueWatermark(urlParams.watermark)) {
-            yield* markDeprecated
-            yield* warnings.warn("opaque watermark", credential.channelId)
-          }
-          const page = yield* conversations.activities(credential, path.id, urlParams.watermark, limit)
+          yield* noteOpaqueWatermark(warnings, urlParams.watermark, credential.channelId)
+          const page = yield* conversations.activities(
+            credential,
+            path.id,
+            {
+              watermark: urlParams.watermark,
+              onInvalidWatermark: (message) => Effect.fail(new InvalidWatermark({ message })),
+              direction: "forward",
+              before: null
+            },
+            limit
+          )
           return { data: page.items, meta: { watermark: page.watermark, has_more: page.hasMore, limit } }
         }))
   }))

@@ -24,6 +24,8 @@ import { ConversationListHandlers, ConversationsHandlers } from "./Conversations
 import { ApiKeysHandlers } from "./ApiKeysHandlers.js"
 import { ChannelsHandlers } from "./ChannelsHandlers.js"
 import { ClientTokensHandlers } from "./ClientTokensHandlers.js"
+import { ClientAuthLive } from "./ClientAuth.js"
+import { ClientConversationsHandlers } from "./ClientConversationsHandlers.js"
 import { PublishableKeysHandlers } from "./PublishableKeysHandlers.js"
 import { SettingsHandlers } from "./SettingsHandlers.js"
 import { UsersHandlers } from "./UsersHandlers.js"
@@ -46,10 +48,11 @@ const ApiRoutes = HttpLayerRouter.addHttpApi(ParleyApi, { openapiPath: "/api/v1/
     PublishableKeysHandlers,
     ConversationsHandlers,
     ConversationListHandlers,
-    ClientTokensHandlers
+    ClientTokensHandlers,
+    ClientConversationsHandlers
   )),
   // A step of its own: Layer.provide([A, B]) does not feed B into A.
-  Layer.provide(Layer.mergeAll(AdminAuthLive, ManageAuthLive, TenantAuthLive, TenantKeyAuthLive))
+  Layer.provide(Layer.mergeAll(AdminAuthLive, ManageAuthLive, TenantAuthLive, TenantKeyAuthLive, ClientAuthLive))
 )
 
 /**

@@ -10,6 +10,7 @@ import { UsersApi } from "./UsersApi.js"
 import { ChannelsApi } from "./ChannelsApi.js"
 import { PublishableKeysApi } from "./PublishableKeysApi.js"
 import { ClientTokensApi } from "./ClientTokensApi.js"
+import { ClientConversationsApi } from "./ClientConversationsApi.js"
 
 /** Every REST family served through HttpApi; its OpenAPI document is `GET /api/v1/openapi.json`. */
 export class ParleyApi extends HttpApi.make("parley")
@@ -22,6 +23,7 @@ export class ParleyApi extends HttpApi.make("parley")
   .add(ChannelsApi)
   .add(PublishableKeysApi)
   .add(ClientTokensApi)
+  .add(ClientConversationsApi)
   // Any route may carry a value the database refuses (SqlFailure.orUnavailable): 400, not 503.
   .addError(envelope(BadRequest))
   .annotate(OpenApi.Title, "Parley")

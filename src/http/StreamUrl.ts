@@ -1,0 +1,32 @@
+import type * as HttpServerRequest from "@effect/platform/HttpServerRequest"
+import { Option } from "effect"
+import { type Cidr, inRanges } from "../config/NetworkList.js"
+
+/** The client socket a `streamUrl` points at (client-api.md "Sockets", Phoenix-channel binding). */
+const CLIENT_SOCKET_PATH = "/socket/chat/websocket"
+
+/**
+ * Whether the client reached us over HTTPS: the node itself speaks plain HTTP, so only a trusted
+ * proxy's `X-Forwarded-Proto` can say so.
+ */
+const overHttps = (request: HttpServerRequest.HttpServerRequest, trustedProxies: ReadonlyArray<Cidr>) =>
+  inRanges(Option.getOrElse(request.remoteAddress, () => ""), trustedProxies) &&
+  (request.headers["x-forwarded-proto"] ?? "").split(",")[0]?.trim().toLowerCase() === "https"
+
+/**
+ * The `streamUrl` of a conversation (client-api.md `POST /conversations`): the client socket on the
+ * host and port the request named, `wss` for HTTPS requests, with the token, the conversation and
+ * (reconnect) the caller's watermark in the query string, each percent-encoded so it reads back as sent.
+ */
+export const streamUrl = (
+  request: HttpServerRequest.HttpServerRequest,
+  trustedProxies: ReadonlyArray<Cidr>,
+  fallbackHost: string,
+  query: { readonly token: string; readonly conversationId: string; readonly watermark?: string | undefined }
+): string => {
+  const scheme = overHttps(request, trustedProxies) ? "wss" : "ws"
+  const host = request.headers["host"] ?? fallbackHost
+  const params = [`token=${encodeURIComponent(query.token)}`, `conversation_id=${encodeURIComponent(query.conversationId)}`]
+  if (query.watermark !== undefined) params.push(`watermark=${encodeURIComponent(query.watermark)}`)
+  return `${scheme}://${host}${CLIENT_SOCKET_PATH}?${params.join("&")}`
+}
