@@ -267,8 +267,13 @@ layer(
           src: "publishable",
           cid: channel.id
         })
-        const [row] = yield* query<{ channel_id: string; status: string }>("SELECT channel_id, status FROM conversations WHERE id = $1", [reply.body.conversationId])
-        expect(row).toEqual({ channel_id: channel.id, status: "active" })
+        const [row] = yield* query<{ channel_id: string; status: string; external_id: string }>(
+          `SELECT c.channel_id, c.status, p.external_id
+             FROM conversations c JOIN participants p ON p.id = c.participant_id WHERE c.id = $1`,
+          [reply.body.conversationId]
+        )
+        // The anonymous user is the conversation's participant, as the creator of any client conversation is.
+        expect(row).toEqual({ channel_id: channel.id, status: "active", external_id: reply.body.userId })
       }))
 
     it.effect("resumed=true for a valid resume; false for garbage, another channel's, an expired one, a closed conversation", () =>

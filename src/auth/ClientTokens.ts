@@ -245,13 +245,15 @@ export class ClientTokens extends Effect.Service<ClientTokens>()("parley/ClientT
         }
         yield* limiter.consume("publishable_token", key.channel_id, key.tenant_id)
         const resumed = yield* resumable(key, request.resume)
+        const anonymous = anonymousUserId()
         const { conversationId, userId } = Option.isSome(resumed) ? resumed.value : yield* conversations.create({
           tenantId: key.tenant_id,
           channelId: key.channel_id,
           status: "active",
-          metadata: {}
+          metadata: {},
+          participant: anonymous
         }).pipe(
-          Effect.map((conversation) => ({ conversationId: conversation.id, userId: anonymousUserId() })),
+          Effect.map((conversation) => ({ conversationId: conversation.id, userId: anonymous })),
           // The channel was disabled or deleted after the key was checked: what the key gets now.
           Effect.catchTags({ ChannelInactive: invalidKey, NotFound: invalidKey })
         )
