@@ -1,11 +1,75 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Option } from "effect"
+import { request as httpRequest } from "node:http"
 import { BlobStore } from "../src/db/BlobStore.js"
+import { generateToken, randomIp } from "./support/ClientApi.js"
+import { expectError } from "./support/Envelope.js"
 import { tenantWithConversation } from "./support/Fixtures.js"
 import { query } from "./support/TestDatabase.js"
-import { TestNodeLive } from "./support/TestNode.js"
+import { type Reply, TestNode, TestNodeLive } from "./support/TestNode.js"
 
-layer(TestNodeLive(), { excludeTestServices: true })("uploads", (it) => {
+/** The node's file limit in this file: small, so that "far over it" is quick to send. */
+const MAX_BYTES = 65_536
+
+const PNG = Buffer.from(
+  "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==",
+  "base64"
+)
+
+/** A Windows executable's head: `MZ`, and `PE` where its header points. */
+const EXE = (() => {
+  const bytes = Buffer.alloc(512)
+  bytes.write("MZ", 0)
+  bytes.writeUInt32LE(128, 60)
+  bytes.write("PE\0\0", 128)
+  return bytes
+})()
+
+interface FilePart {
+  readonly bytes: Uint8Array
+  readonly name: string
+  /** The type the client claims; the node never trusts it. */
+  readonly type?: string
+}
+
+/** A multipart upload as a browser sends it (fetch and FormData). */
+const upload = (
+  bearer: string | undefined,
+  conversationId: string,
+  parts: { readonly file?: FilePart; readonly text?: string; readonly extra?: string } = {}
+) =>
+  Effect.flatMap(TestNode, ({ baseUrl }) =>
+    Effect.promise(async (): Promise<Reply> => {
+      const form = new FormData()
+      if (parts.file !== undefined) form.append("file", new Blob([parts.file.bytes], { type: parts.file.type ?? "image/png" }), parts.file.name)
+      if (parts.text !== undefined) form.append("text", parts.text)
+      if (parts.extra !== undefined) form.append("extra", parts.extra)
+      const response = await fetch(`${baseUrl}/api/v1/chat/conversations/${conversationId}/upload`, {
+        method: "POST",
+        headers: { "x-forwarded-for": randomIp(), ...(bearer === undefined ? {} : { authorization: `Bearer ${bearer}` }) },
+        body: form
+      })
+      const text = await response.text()
+      return { status: response.status, headers: response.headers, body: text === "" ? null : JSON.parse(text) }
+    }))
+
+/** A conversation on a fresh tenant's channel and a token of that channel for `user-1`. */
+const setUp = Effect.gen(function*() {
+  const fixture = yield* tenantWithConversation
+  const token = yield* generateToken(fixture.channel.secret, { user: { id: "user-1" } })
+  return { ...fixture, token }
+})
+
+const storedActivities = (conversationId: string) =>
+  query<{ type: string; sender: string; text: string | null; attachments: unknown }>(
+    "SELECT type, sender, text, attachments FROM activities WHERE conversation_id = $1 ORDER BY seq",
+    [conversationId]
+  )
+
+const blobCount = (conversationId: string) =>
+  Effect.map(query<{ n: string }>("SELECT count(*) AS n FROM blobs WHERE conversation_id = $1", [conversationId]), (rows) => Number(rows[0]!.n))
+
+layer(TestNodeLive({ UPLOAD_MAX_BYTES: String(MAX_BYTES) }), { excludeTestServices: true })("uploads", (it) => {
   describe("BlobStore", () => {
     it.effect("stores the bytes with tenant and conversation; found only within the tenant; gone with its conversation", () =>
       Effect.gen(function*() {
@@ -28,5 +92,132 @@ layer(TestNodeLive(), { excludeTestServices: true })("uploads", (it) => {
         yield* query("DELETE FROM conversations WHERE id = $1", [conversationId])
         expect(yield* blobs.find(tenant.id, id)).toEqual(Option.none())
       }).pipe(Effect.provide(BlobStore.Default)))
+  })
+
+  describe("POST /conversations/:id/upload", () => {
+    it.effect("stores the file and posts a message whose attachment it is, typed by its bytes", () =>
+      Effect.gen(function*() {
+        const { conversationId, token } = yield* setUp
+        // The client's claimed type and the name say nothing: the bytes decide.
+        const reply = yield* upload(token, conversationId, { file: { bytes: PNG, name: "../../etc/dot.txt", type: "text/plain" }, text: "a dot" })
+        expect(reply.status).toBe(201)
+        const { baseUrl } = yield* TestNode
+        const attachment = {
+          contentType: "image/png",
+          contentUrl: expect.stringMatching(new RegExp(`^${baseUrl}/api/v1/chat/attachments/[0-9a-f-]{36}$`)),
+          name: "dot.txt",
+          size: PNG.length
+        }
+        expect(reply.body).toEqual({ id: expect.any(String), attachment })
+        expect(yield* storedActivities(conversationId)).toEqual([{ type: "message", sender: "user-1", text: "a dot", attachments: [attachment] }])
+        expect(yield* blobCount(conversationId)).toBe(1)
+      }))
+
+    it.effect("UTF-8 text is text/plain; bytes that are not UTF-8 (and of no known type) are 415", () =>
+      Effect.gen(function*() {
+        const { conversationId, token } = yield* setUp
+        const text = yield* upload(token, conversationId, { file: { bytes: Buffer.from("héllo\n"), name: "note.txt" } })
+        expect(text.status).toBe(201)
+        expect(text.body.attachment.contentType).toBe("text/plain")
+        // A lone continuation byte and an overlong encoding of "/".
+        const latin1 = yield* upload(token, conversationId, { file: { bytes: Buffer.from([0x68, 0x80, 0xc0, 0xaf]), name: "note.txt", type: "text/plain" } })
+        expectError(latin1, 415, "unsupported_media_type", { content_type: "application/octet-stream" })
+        expect(yield* blobCount(conversationId)).toBe(1)
+      }))
+
+    it.effect("a disguised executable (an EXE named .png, sent as image/png) is 415 and nothing is stored", () =>
+      Effect.gen(function*() {
+        const { conversationId, token } = yield* setUp
+        const reply = yield* upload(token, conversationId, { file: { bytes: EXE, name: "cat.png", type: "image/png" } })
+        expectError(reply, 415, "unsupported_media_type", { content_type: "application/x-msdownload" })
+        expect(yield* storedActivities(conversationId)).toEqual([])
+        expect(yield* blobCount(conversationId)).toBe(0)
+      }))
+
+    it.effect("the tenant's allowed_upload_types replace the default list", () =>
+      Effect.gen(function*() {
+        const { conversationId, tenant, token } = yield* setUp
+        yield* query("UPDATE tenants SET allowed_upload_types = $1 WHERE id = $2", [["application/pdf"], tenant.id])
+        const png = yield* upload(token, conversationId, { file: { bytes: PNG, name: "a.png" } })
+        expectError(png, 415, "unsupported_media_type", { content_type: "image/png" })
+        const pdf = yield* upload(token, conversationId, { file: { bytes: Buffer.from("%PDF-1.4\n%\xe2\xe3\n"), name: "a.pdf" } })
+        expect(pdf.status).toBe(201)
+        expect(pdf.body.attachment.contentType).toBe("application/pdf")
+      }))
+
+    it.effect("a form without its file part, or with another part, is 400", () =>
+      Effect.gen(function*() {
+        const { conversationId, token } = yield* setUp
+        expectError(yield* upload(token, conversationId, { text: "no file" }), 400, "bad_request")
+        expectError(yield* upload(token, conversationId, { file: { bytes: PNG, name: "a.png" }, extra: "x" }), 400, "bad_request")
+        expectError(yield* upload(token, conversationId, { file: { bytes: new Uint8Array(0), name: "empty.png" } }), 400, "bad_request")
+        expect(yield* blobCount(conversationId)).toBe(0)
+      }))
+
+    it.effect("a file of exactly UPLOAD_MAX_BYTES is taken; one byte more is 413 with details.max_bytes", () =>
+      Effect.gen(function*() {
+        const { conversationId, token } = yield* setUp
+        const fits = yield* upload(token, conversationId, { file: { bytes: Buffer.alloc(MAX_BYTES, "a"), name: "a.txt" } })
+        expect(fits.status).toBe(201)
+        const over = yield* upload(token, conversationId, { file: { bytes: Buffer.alloc(MAX_BYTES + 1, "a"), name: "a.txt" } })
+        expectError(over, 413, "payload_too_large", { max_bytes: MAX_BYTES })
+        expect(yield* blobCount(conversationId)).toBe(1)
+      }))
+
+    it.effect("a chunked body far over the limit is refused while it streams: the answer comes before the client has sent it", () =>
+      Effect.gen(function*() {
+        const { conversationId, token } = yield* setUp
+        const { baseUrl } = yield* TestNode
+        const boundary = "----parley-test-boundary"
+        const chunk = Buffer.alloc(65_536, "a")
+        const chunks = 512 // 32 MiB, 512 times the limit
+        const result = yield* Effect.async<{ status: number; body: any; sentChunks: number }, Error>((resume) => {
+          // No content-length: the node learns the size only by reading.
+          const req = httpRequest(`${baseUrl}/api/v1/chat/conversations/${conversationId}/upload`, {
+            method: "POST",
+            headers: {
+              authorization: `Bearer ${token}`,
+              "content-type": `multipart/form-data; boundary=${boundary}`,
+              "x-forwarded-for": randomIp()
+            }
+          })
+          let sent = 0
+          let sentAtAnswer = -1
+          req.on("response", (response) => {
+            sentAtAnswer = sent
+            const parts: Array<Buffer> = []
+            response.on("data", (part: Buffer) => parts.push(part))
+            response.on("end", () =>
+              resume(Effect.succeed({ status: response.statusCode ?? 0, body: JSON.parse(Buffer.concat(parts).toString()), sentChunks: sentAtAnswer })))
+          })
+          req.on("error", (error) => {
+            if (sentAtAnswer < 0) resume(Effect.fail(error))
+          })
+          void (async () => {
+            req.write(`--${boundary}\r\ncontent-disposition: form-data; name="file"; filename="big.txt"\r\ncontent-type: text/plain\r\n\r\n`)
+            for (; sent < chunks && sentAtAnswer < 0 && !req.destroyed; sent++) {
+              if (!req.write(chunk)) await new Promise((resolve) => req.once("drain", resolve))
+            }
+            if (!req.destroyed) req.end(`\r\n--${boundary}--\r\n`)
+          })()
+          return Effect.sync(() => req.destroy())
+        })
+        expectError(result, 413, "payload_too_large", { max_bytes: MAX_BYTES })
+        expect(result.sentChunks).toBeLessThan(chunks / 2)
+        expect(yield* blobCount(conversationId)).toBe(0)
+      }))
+
+    it.effect("a declared content-length over the limit is 413 before the body is read", () =>
+      Effect.gen(function*() {
+        const { conversationId, token } = yield* setUp
+        const { baseUrl } = yield* TestNode
+        const response = yield* Effect.promise(() =>
+          fetch(`${baseUrl}/api/v1/chat/conversations/${conversationId}/upload`, {
+            method: "POST",
+            headers: { authorization: `Bearer ${token}`, "content-type": "multipart/form-data; boundary=x", "x-forwarded-for": randomIp() },
+            body: Buffer.alloc(MAX_BYTES * 8)
+          }))
+        expectError({ status: response.status, body: yield* Effect.promise(() => response.json()) }, 413, "payload_too_large", { max_bytes: MAX_BYTES })
+      }))
   })
 })
