@@ -1,12 +1,18 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Option } from "effect"
 import { request as httpRequest } from "node:http"
+import { TokenSigner } from "../src/auth/TokenSigner.js"
 import { BlobStore } from "../src/db/BlobStore.js"
-import { generateToken, randomIp } from "./support/ClientApi.js"
+import type { ChannelId } from "../src/domain/Channel.js"
+import type { ConversationId } from "../src/domain/Conversation.js"
+import type { TenantId } from "../src/domain/Tenant.js"
+import { contentDisposition, safeFileName } from "../src/http/UploadRoutes.js"
+import { chat, generateToken, randomIp } from "./support/ClientApi.js"
 import { expectError } from "./support/Envelope.js"
-import { tenantWithConversation } from "./support/Fixtures.js"
+import { insertChannel, insertConversation, tenantWithConversation } from "./support/Fixtures.js"
 import { query } from "./support/TestDatabase.js"
 import { type Reply, TestNode, TestNodeLive } from "./support/TestNode.js"
+import { TestSigner } from "./support/TestSigner.js"
 
 /** The node's file limit in this file: small, so that "far over it" is quick to send. */
 const MAX_BYTES = 65_536
@@ -59,6 +65,22 @@ const setUp = Effect.gen(function*() {
   const token = yield* generateToken(fixture.channel.secret, { user: { id: "user-1" } })
   return { ...fixture, token }
 })
+
+/** A token bound to one conversation, as conversation create and reconnect issue them. */
+const boundToken = (tenantId: TenantId, channelId: ChannelId, conversationId: ConversationId) =>
+  Effect.flatMap(TokenSigner, (signer) =>
+    signer.sign({ tid: tenantId, cid: channelId, fam: crypto.randomUUID(), conversation_id: conversationId, user_id: "user-1" }, 600)).pipe(
+      Effect.provide(TestSigner())
+    )
+
+/** `GET` of an attachment's URL, its body as bytes. */
+const download = (contentUrl: string, bearer: string | undefined, headers: Record<string, string> = {}) =>
+  Effect.promise(async () => {
+    const response = await fetch(contentUrl, { headers: { ...(bearer === undefined ? {} : { authorization: `Bearer ${bearer}` }), ...headers } })
+    const bytes = Buffer.from(await response.arrayBuffer())
+    const isJson = response.headers.get("content-type")?.startsWith("application/json") === true
+    return { status: response.status, headers: response.headers, bytes, body: isJson ? JSON.parse(bytes.toString()) : null }
+  })
 
 const storedActivities = (conversationId: string) =>
   query<{ type: string; sender: string; text: string | null; attachments: unknown }>(
@@ -218,6 +240,61 @@ layer(TestNodeLive({ UPLOAD_MAX_BYTES: String(MAX_BYTES) }), { excludeTestServic
             body: Buffer.alloc(MAX_BYTES * 8)
           }))
         expectError({ status: response.status, body: yield* Effect.promise(() => response.json()) }, 413, "payload_too_large", { max_bytes: MAX_BYTES })
+      }))
+  })
+
+  describe("GET /attachments/:id", () => {
+    it.effect("answers the stored bytes with the sniffed type, as an attachment with a safe name, never sniffed by the browser", () =>
+      Effect.gen(function*() {
+        const { conversationId, token } = yield* setUp
+        const uploaded = yield* upload(token, conversationId, { file: { bytes: PNG, name: "n\u00e4me (1).png", type: "text/html" } })
+        expect(uploaded.status).toBe(201)
+        // Whatever the client accepts: it cannot know the type of a file before it has it.
+        const reply = yield* download(uploaded.body.attachment.contentUrl, token, { accept: "image/png" })
+        expect(reply.status).toBe(200)
+        expect(reply.bytes.equals(PNG)).toBe(true)
+        expect(reply.headers.get("content-type")).toBe("image/png")
+        expect(reply.headers.get("content-disposition")).toBe(`attachment; filename="n_me (1).png"; filename*=UTF-8''n%C3%A4me%20%281%29.png`)
+        expect(reply.headers.get("x-content-type-options")).toBe("nosniff")
+      }))
+
+    it.effect("the offered name cannot break out of its header parameter", () =>
+      Effect.sync(() => {
+        expect(contentDisposition(`a"; filename="evil.html\\%.png`)).toBe(
+          `attachment; filename="a_; filename=_evil.html__.png"; filename*=UTF-8''a%22%3B%20filename%3D%22evil.html%5C%25.png`
+        )
+        expect(safeFileName("C:\\Users\\me\\\u0000cat\u202e.png")).toBe("cat.png")
+        expect(safeFileName("../")).toBe("file")
+      }))
+
+    it.effect("a file of another conversation (bound token), channel or tenant is 404, as an unknown one", () =>
+      Effect.gen(function*() {
+        const { channel, conversationId, tenant, token } = yield* setUp
+        const sibling = yield* insertConversation(tenant.id, channel.id)
+        const own = yield* upload(token, conversationId, { file: { bytes: PNG, name: "own.png" } })
+        const other = yield* upload(token, sibling, { file: { bytes: PNG, name: "other.png" } })
+        const bound = yield* boundToken(tenant.id, channel.id, conversationId)
+        expect((yield* download(own.body.attachment.contentUrl, bound)).status).toBe(200)
+        expectError(yield* download(other.body.attachment.contentUrl, bound), 404, "not_found")
+        // Unscoped tokens reach every conversation of their channel, and only those.
+        expect((yield* download(other.body.attachment.contentUrl, token)).status).toBe(200)
+        const otherChannel = yield* insertChannel(tenant.id)
+        expectError(yield* download(own.body.attachment.contentUrl, yield* generateToken(otherChannel.secret)), 404, "not_found")
+        const stranger = yield* setUp
+        expectError(yield* download(own.body.attachment.contentUrl, stranger.token), 404, "not_found")
+        expectError(yield* chat("GET", `/attachments/${crypto.randomUUID()}`, { bearer: token }), 404, "not_found")
+        expectError(yield* chat("GET", "/attachments/not-a-uuid", { bearer: token }), 400, "bad_request")
+      }))
+
+    it.effect("needs a valid token with read: 401 without one, 403 insufficient_permission without read", () =>
+      Effect.gen(function*() {
+        const { channel, conversationId, token } = yield* setUp
+        const uploaded = yield* upload(token, conversationId, { file: { bytes: PNG, name: "a.png" } })
+        const url = uploaded.body.attachment.contentUrl
+        expectError(yield* download(url, undefined), 401, "unauthorized")
+        expectError(yield* download(url, channel.secret), 401, "unauthorized")
+        const writeOnly = yield* generateToken(channel.secret, { user: { id: "user-1" }, permissions: ["write"] })
+        expectError(yield* download(url, writeOnly), 403, "insufficient_permission", { required: ["read"] })
       }))
   })
 })

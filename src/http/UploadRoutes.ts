@@ -8,7 +8,7 @@ import { ClientTokens } from "../auth/ClientTokens.js"
 import { AppConfig } from "../config/AppConfig.js"
 import { Limits } from "../conversations/ActivityRules.js"
 import { Conversations } from "../conversations/Conversations.js"
-import { BadRequest, ConversationClosed, InvalidMessage, PayloadTooLarge, Unauthorized } from "../domain/ApiError.js"
+import { BadRequest, ConversationClosed, InvalidMessage, NotFound, PayloadTooLarge, Unauthorized } from "../domain/ApiError.js"
 import { ConversationId } from "../domain/Conversation.js"
 import { type UploadedFile, Uploads } from "../uploads/Uploads.js"
 import { bearerCredential } from "./BearerCredential.js"
@@ -16,10 +16,15 @@ import { RequestArrival } from "./RequestId.js"
 import type { RouteSpec } from "./RouteTable.js"
 
 const UPLOAD_PATH = "/api/v1/chat/conversations/:id/upload"
-const ATTACHMENT_PATH = "/api/v1/chat/attachments/:id"
+
+/** The download route: it answers a file's bytes, whatever the request's `Accept` names. */
+export const ATTACHMENT_PATH = "/api/v1/chat/attachments/:id"
 
 /** The client API's upload routes, for the route table. */
-export const uploadRoutes: ReadonlyArray<RouteSpec> = [{ method: "POST", path: UPLOAD_PATH }]
+export const uploadRoutes: ReadonlyArray<RouteSpec> = [
+  { method: "POST", path: UPLOAD_PATH },
+  { method: "GET", path: ATTACHMENT_PATH }
+]
 
 /** Room in a form beside its file: the `text` field and the parts' headers and boundaries. */
 const FORM_OVERHEAD_BYTES = Limits.text + 65_536
@@ -100,6 +105,16 @@ const readForm = (request: HttpServerRequest.HttpServerRequest, maxBytes: number
   )
 }
 
+/**
+ * `Content-Disposition: attachment` offering a file's name: an ASCII stand-in in `filename` (quotes,
+ * backslashes and non-ASCII replaced) and the exact name in `filename*` (RFC 6266).
+ */
+export const contentDisposition = (name: string) => {
+  const ascii = name.replace(/[^\x20-\x7e]|["\\%]/g, "_")
+  const exact = encodeURIComponent(name).replace(/['()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`)
+  return `attachment; filename="${ascii}"; filename*=UTF-8''${exact}`
+}
+
 /** The client token of a raw route's request, as `ClientAuth` finds it on the API's routes. */
 const authenticate = (tokens: ClientTokens, request: HttpServerRequest.HttpServerRequest) => {
   const token = bearerCredential(request)
@@ -110,7 +125,14 @@ const conversationPath = HttpLayerRouter.schemaPathParams(Schema.Struct({ id: Co
   Effect.mapError(() => malformed("malformed conversation id"))
 )
 
-/** `POST /api/v1/chat/conversations/:id/upload` (client-api.md, CONTRACT.md §7). */
+const attachmentPath = HttpLayerRouter.schemaPathParams(Schema.Struct({ id: Schema.UUID })).pipe(
+  Effect.mapError(() => malformed("malformed attachment id"))
+)
+
+/**
+ * `POST /api/v1/chat/conversations/:id/upload` and `GET /api/v1/chat/attachments/:id` (client-api.md,
+ * CONTRACT.md §7).
+ */
 const UploadRoutesWithoutUploads = HttpLayerRouter.addAll(Effect.gen(function*() {
   const config = yield* AppConfig
   const tokens = yield* ClientTokens
@@ -140,7 +162,27 @@ const UploadRoutesWithoutUploads = HttpLayerRouter.addAll(Effect.gen(function*()
     return yield* uploadAs(request, id, arrivedAt).pipe(Effect.provideService(CurrentClient, client))
   })
 
-  return [HttpLayerRouter.route("POST", UPLOAD_PATH, upload)]
+  /**
+   * A file within the client's reach: its tenant and channel, and for a conversation-bound token its
+   * conversation; any other is 404, as a missing one (its existence is not revealed).
+   */
+  const download = Effect.gen(function*() {
+    const request = yield* HttpServerRequest.HttpServerRequest
+    const { id } = yield* attachmentPath
+    const client = yield* authenticate(tokens, request)
+    yield* requirePermission("read").pipe(Effect.provideService(CurrentClient, client))
+    const found = yield* uploads.find(client.tenantId, id)
+    if (
+      Option.isNone(found) || found.value.channel_id !== client.channelId ||
+      (client.conversationId !== null && found.value.conversation_id !== client.conversationId)
+    ) return yield* new NotFound({ message: `attachment ${id} not found` })
+    return HttpServerResponse.uint8Array(found.value.bytes, {
+      contentType: found.value.content_type,
+      headers: { "content-disposition": contentDisposition(found.value.name), "x-content-type-options": "nosniff" }
+    })
+  })
+
+  return [HttpLayerRouter.route("POST", UPLOAD_PATH, upload), HttpLayerRouter.route("GET", ATTACHMENT_PATH, download)]
 }))
 
 /** The upload routes with their `Uploads` service; the node provides the rest. */
