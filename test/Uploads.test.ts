@@ -10,8 +10,8 @@ import { contentDisposition, safeFileName } from "../src/http/UploadRoutes.js"
 import { chat, generateToken, randomIp } from "./support/ClientApi.js"
 import { expectError } from "./support/Envelope.js"
 import { insertChannel, insertConversation, tenantWithConversation } from "./support/Fixtures.js"
-import { query } from "./support/TestDatabase.js"
-import { type Reply, TestNode, TestNodeLive } from "./support/TestNode.js"
+import { holdTable, query } from "./support/TestDatabase.js"
+import { createTenant, type Reply, TestNode, TestNodeLive } from "./support/TestNode.js"
 import { TestSigner } from "./support/TestSigner.js"
 
 /** The node's file limit in this file: small, so that "far over it" is quick to send. */
@@ -66,10 +66,10 @@ const setUp = Effect.gen(function*() {
   return { ...fixture, token }
 })
 
-/** A token bound to one conversation, as conversation create and reconnect issue them. */
-const boundToken = (tenantId: TenantId, channelId: ChannelId, conversationId: ConversationId) =>
+/** A token bound to one conversation, as conversation create and reconnect issue them; expired with a negative lifetime. */
+const boundToken = (tenantId: TenantId, channelId: ChannelId, conversationId: ConversationId, ttlSeconds = 600) =>
   Effect.flatMap(TokenSigner, (signer) =>
-    signer.sign({ tid: tenantId, cid: channelId, fam: crypto.randomUUID(), conversation_id: conversationId, user_id: "user-1" }, 600)).pipe(
+    signer.sign({ tid: tenantId, cid: channelId, fam: crypto.randomUUID(), conversation_id: conversationId, user_id: "user-1" }, ttlSeconds)).pipe(
       Effect.provide(TestSigner())
     )
 
@@ -91,7 +91,8 @@ const storedActivities = (conversationId: string) =>
 const blobCount = (conversationId: string) =>
   Effect.map(query<{ n: string }>("SELECT count(*) AS n FROM blobs WHERE conversation_id = $1", [conversationId]), (rows) => Number(rows[0]!.n))
 
-layer(TestNodeLive({ UPLOAD_MAX_BYTES: String(MAX_BYTES) }), { excludeTestServices: true })("uploads", (it) => {
+// A short statement timeout: a store held up by a lock fails soon (502).
+layer(TestNodeLive({ UPLOAD_MAX_BYTES: String(MAX_BYTES), DATABASE_STATEMENT_TIMEOUT_MS: "2000" }), { excludeTestServices: true })("uploads", (it) => {
   describe("BlobStore", () => {
     it.effect("stores the bytes with tenant and conversation; found only within the tenant; gone with its conversation", () =>
       Effect.gen(function*() {
@@ -241,6 +242,62 @@ layer(TestNodeLive({ UPLOAD_MAX_BYTES: String(MAX_BYTES) }), { excludeTestServic
           }))
         expectError({ status: response.status, body: yield* Effect.promise(() => response.json()) }, 413, "payload_too_large", { max_bytes: MAX_BYTES })
       }))
+
+    it.effect("a closed conversation is 409 conversation_closed, and nothing is stored", () =>
+      Effect.gen(function*() {
+        const { conversationId, token } = yield* setUp
+        yield* query("UPDATE conversations SET status = 'closed', closed_at = now() WHERE id = $1", [conversationId])
+        expectError(yield* upload(token, conversationId, { file: { bytes: PNG, name: "a.png" } }), 409, "conversation_closed")
+        expect(yield* blobCount(conversationId)).toBe(0)
+        expect(yield* storedActivities(conversationId)).toEqual([])
+      }))
+
+    it.effect("token rules: 401 without a valid token, 403 for another conversation or without write, 404 for another channel's or tenant's", () =>
+      Effect.gen(function*() {
+        const { channel, conversationId, tenant, token } = yield* setUp
+        const file = { file: { bytes: PNG, name: "a.png" } }
+        expect((yield* upload(token, conversationId, file)).status).toBe(201)
+        expectError(yield* upload(undefined, conversationId, file), 401, "unauthorized")
+        expectError(yield* upload(channel.secret, conversationId, file), 401, "unauthorized")
+        expectError(yield* upload(yield* boundToken(tenant.id, channel.id, conversationId, -60), conversationId, file), 401, "token_expired")
+        const sibling = yield* insertConversation(tenant.id, channel.id)
+        expectError(yield* upload(yield* boundToken(tenant.id, channel.id, sibling), conversationId, file), 403, "forbidden")
+        const readOnly = yield* generateToken(channel.secret, { user: { id: "user-1" }, permissions: ["read"] })
+        expectError(yield* upload(readOnly, conversationId, file), 403, "insufficient_permission", { required: ["write"] })
+        const otherChannel = yield* insertChannel(tenant.id)
+        expectError(yield* upload(yield* generateToken(otherChannel.secret), conversationId, file), 404, "not_found")
+        expectError(yield* upload((yield* setUp).token, conversationId, file), 404, "not_found")
+        expect(yield* blobCount(conversationId)).toBe(1)
+      }))
+
+    it.effect("the upload bucket counts per tenant, with the tenant's override: 429 with details.retry_after_ms", () =>
+      Effect.gen(function*() {
+        // A window of a day, as the rate-limit tests use: the three uploads fall in one window.
+        const tenant = yield* createTenant({ limits: { upload: { limit: 2, scale_ms: 86_400_000 } } })
+        const channel = yield* insertChannel(tenant.id)
+        const conversationId = yield* insertConversation(tenant.id, channel.id)
+        const token = yield* generateToken(channel.secret)
+        const file = { file: { bytes: PNG, name: "a.png" } }
+        expect((yield* upload(token, conversationId, file)).status).toBe(201)
+        // Another conversation and token of the same tenant share the bucket.
+        const sibling = yield* insertConversation(tenant.id, channel.id)
+        expect((yield* upload(yield* boundToken(tenant.id, channel.id, sibling), sibling, file)).status).toBe(201)
+        const limited = yield* upload(token, conversationId, file)
+        expectError(limited, 429, "rate_limited", { retry_after_ms: expect.any(Number) })
+        expect(Number(limited.headers.get("retry-after"))).toBeGreaterThanOrEqual(1)
+        expect(yield* blobCount(conversationId)).toBe(1)
+        // Another tenant's bucket is its own.
+        const other = yield* setUp
+        expect((yield* upload(other.token, other.conversationId, file)).status).toBe(201)
+      }))
+
+    it.effect("a store that fails is 502 upstream_unavailable, and no message is posted", () =>
+      Effect.gen(function*() {
+        const { conversationId, token } = yield* setUp
+        yield* holdTable("blobs")
+        expectError(yield* upload(token, conversationId, { file: { bytes: PNG, name: "a.png" } }), 502, "upstream_unavailable")
+        expect(yield* storedActivities(conversationId)).toEqual([])
+      }).pipe(Effect.scoped))
   })
 
   describe("GET /attachments/:id", () => {

@@ -10,6 +10,7 @@ import { Limits } from "../conversations/ActivityRules.js"
 import { Conversations } from "../conversations/Conversations.js"
 import { BadRequest, ConversationClosed, InvalidMessage, NotFound, PayloadTooLarge, Unauthorized } from "../domain/ApiError.js"
 import { ConversationId } from "../domain/Conversation.js"
+import { RateLimiter } from "../ratelimit/RateLimiter.js"
 import { type UploadedFile, Uploads } from "../uploads/Uploads.js"
 import { bearerCredential } from "./BearerCredential.js"
 import { RequestArrival } from "./RequestId.js"
@@ -138,12 +139,14 @@ const UploadRoutesWithoutUploads = HttpLayerRouter.addAll(Effect.gen(function*()
   const tokens = yield* ClientTokens
   const conversations = yield* Conversations
   const uploads = yield* Uploads
+  const limiter = yield* RateLimiter
 
   /** The upload once its client is known (`CurrentClient`). */
   const uploadAs = (request: HttpServerRequest.HttpServerRequest, id: ConversationId, arrivedAt: number) =>
     Effect.gen(function*() {
       const client = yield* requireConversationBinding(id)
       yield* requirePermission("write")
+      yield* limiter.consume("upload", client.tenantId, client.tenantId)
       // Refused before the body is read: a closed or foreign conversation takes no upload.
       const conversation = yield* conversations.get({ tenantId: client.claims.tid, channelId: client.claims.cid }, id, { channels: false })
       if (conversation.status === "closed") return yield* new ConversationClosed({ message: "the conversation is closed" })
