@@ -9,13 +9,17 @@ import type { TenantId } from "../src/domain/Tenant.js"
 import { contentDisposition, safeFileName } from "../src/http/UploadRoutes.js"
 import { chat, generateToken, randomIp } from "./support/ClientApi.js"
 import { expectError } from "./support/Envelope.js"
+import { rawRequest } from "./support/RawHttp.js"
 import { insertChannel, insertConversation, tenantWithConversation } from "./support/Fixtures.js"
 import { holdTable, query } from "./support/TestDatabase.js"
 import { createTenant, type Reply, TestNode, TestNodeLive } from "./support/TestNode.js"
 import { TestSigner } from "./support/TestSigner.js"
 
-/** The node's file limit in this file: small, so that "far over it" is quick to send. */
-const MAX_BYTES = 65_536
+/**
+ * The node's file limit in this file: above the edge's 1 MiB limit for JSON bodies (which an upload
+ * must not meet), small enough that "far over it" is quick to send.
+ */
+const MAX_BYTES = 1_100_000
 
 const PNG = Buffer.from(
   "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==",
@@ -234,13 +238,31 @@ layer(TestNodeLive({ UPLOAD_MAX_BYTES: String(MAX_BYTES), DATABASE_STATEMENT_TIM
       Effect.gen(function*() {
         const { conversationId, token } = yield* setUp
         const { baseUrl } = yield* TestNode
-        const response = yield* Effect.promise(() =>
-          fetch(`${baseUrl}/api/v1/chat/conversations/${conversationId}/upload`, {
-            method: "POST",
-            headers: { authorization: `Bearer ${token}`, "content-type": "multipart/form-data; boundary=x", "x-forwarded-for": randomIp() },
-            body: Buffer.alloc(MAX_BYTES * 8)
-          }))
-        expectError({ status: response.status, body: yield* Effect.promise(() => response.json()) }, 413, "payload_too_large", { max_bytes: MAX_BYTES })
+        // Only a few bytes follow the header: the answer cannot wait for the body.
+        const reply = yield* rawRequest(baseUrl, {
+          method: "POST",
+          path: `/api/v1/chat/conversations/${conversationId}/upload`,
+          headers: {
+            authorization: `Bearer ${token}`,
+            "content-type": "multipart/form-data; boundary=x",
+            "content-length": String(MAX_BYTES * 8),
+            "x-forwarded-for": randomIp()
+          },
+          chunks: ["--x\r\n"]
+        })
+        expectError({ status: reply.status, body: JSON.parse(reply.text) }, 413, "payload_too_large", { max_bytes: MAX_BYTES })
+      }))
+
+    it.effect("a text the store refuses (U+0000) is 422 after the file was stored, and the file goes with it", () =>
+      Effect.gen(function*() {
+        const { conversationId, token } = yield* setUp
+        const reply = yield* upload(token, conversationId, { file: { bytes: PNG, name: "a.png" }, text: "a\u0000b" })
+        expect({ status: reply.status, code: reply.body.error.code, fields: Object.keys(reply.body.error.details) }).toEqual({
+          status: 422,
+          code: "invalid_message",
+          fields: ["text"]
+        })
+        expect(yield* blobCount(conversationId)).toBe(0)
       }))
 
     it.effect("a closed conversation is 409 conversation_closed, and nothing is stored", () =>
