@@ -98,7 +98,7 @@ const blobCount = (conversationId: string) =>
 // A short statement timeout: a store held up by a lock fails soon (502).
 layer(TestNodeLive({ UPLOAD_MAX_BYTES: String(MAX_BYTES), DATABASE_STATEMENT_TIMEOUT_MS: "2000" }), { excludeTestServices: true })("uploads", (it) => {
   describe("BlobStore", () => {
-    it.effect("stores the bytes with tenant and conversation; found only within the tenant; gone with its conversation", () =>
+    it.effect("stores the bytes with tenant and conversation; found only within the tenant, and while its conversation exists", () =>
       Effect.gen(function*() {
         const blobs = yield* BlobStore
         const { channel, conversationId, tenant } = yield* tenantWithConversation
