@@ -12,7 +12,7 @@ import { admin, createTenant, manage, TestNodeLive } from "./support/TestNode.js
  * are purged in the background (server-apis.md), by the purge job (src/conversations/ConversationPurge.ts).
  */
 
-const countOf = (table: "activities" | "deliveries", conversationId: string) =>
+const countOf = (table: "activities" | "deliveries" | "blobs", conversationId: string) =>
   Effect.map(
     query<{ n: string }>(`SELECT count(*) AS n FROM ${table} WHERE conversation_id = $1`, [conversationId]),
     (rows) => Number(rows[0]!.n)
@@ -71,23 +71,21 @@ layer(TestNodeLive({ PURGE_INTERVAL_SECONDS: "3600" }), { excludeTestServices: t
            SELECT gen_random_uuid(), $2, $1, 'text/plain', 'a.txt', 1, '\\x61' FROM generate_series(1, $3::int)`,
           [conversationId, tenant.id, n]
         )
-      const fileCount = (conversationId: string) =>
-        Effect.map(query<{ n: string }>("SELECT count(*) AS n FROM blobs WHERE conversation_id = $1", [conversationId]), (rows) => Number(rows[0]!.n))
       // More than one statement's worth (20).
       yield* files(gone, 45)
       yield* files(stays, 2)
 
       yield* query("DELETE FROM conversations WHERE id = $1", [gone])
       // Not in the deleting transaction.
-      expect(yield* fileCount(gone)).toBe(45)
+      expect(yield* countOf("blobs", gone)).toBe(45)
       const purge = yield* ConversationPurge
       yield* purge.purge(1)
-      expect(yield* fileCount(gone)).toBe(25)
+      expect(yield* countOf("blobs", gone)).toBe(25)
       expect(yield* queued).toEqual([gone])
       yield* purge.purge(10)
-      expect(yield* fileCount(gone)).toBe(0)
+      expect(yield* countOf("blobs", gone)).toBe(0)
       expect(yield* queued).toEqual([])
-      expect(yield* fileCount(stays)).toBe(2)
+      expect(yield* countOf("blobs", stays)).toBe(2)
     }))
 
   it.effect("a tenant delete queues every conversation; large ones are purged a chunk at a time", () =>
