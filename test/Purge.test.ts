@@ -12,7 +12,7 @@ import { admin, createTenant, manage, TestNodeLive } from "./support/TestNode.js
  * are purged in the background (server-apis.md), by the purge job (src/conversations/ConversationPurge.ts).
  */
 
-const countOf = (table: "activities" | "deliveries", conversationId: string) =>
+const countOf = (table: "activities" | "deliveries" | "blobs", conversationId: string) =>
   Effect.map(
     query<{ n: string }>(`SELECT count(*) AS n FROM ${table} WHERE conversation_id = $1`, [conversationId]),
     (rows) => Number(rows[0]!.n)
@@ -58,6 +58,34 @@ layer(TestNodeLive({ PURGE_INTERVAL_SECONDS: "3600" }), { excludeTestServices: t
       expect(yield* queued).toEqual([])
       expect(yield* countOf("activities", stays)).toBe(2)
       expect(yield* countOf("deliveries", stays)).toBe(2)
+    }))
+
+  it.effect("uploaded files of a deleted conversation go with the purge, a bounded number per statement", () =>
+    Effect.gen(function*() {
+      const tenant = yield* createTenant()
+      const channel = yield* insertChannel(tenant.id)
+      const [gone, stays] = yield* Effect.all([insertConversation(tenant.id, channel.id), insertConversation(tenant.id, channel.id)])
+      const files = (conversationId: string, n: number) =>
+        query(
+          `INSERT INTO blobs (id, tenant_id, conversation_id, content_type, name, size, bytes)
+           SELECT gen_random_uuid(), $2, $1, 'text/plain', 'a.txt', 1, '\\x61' FROM generate_series(1, $3::int)`,
+          [conversationId, tenant.id, n]
+        )
+      // More than one statement's worth (20).
+      yield* files(gone, 45)
+      yield* files(stays, 2)
+
+      yield* query("DELETE FROM conversations WHERE id = $1", [gone])
+      // Not in the deleting transaction.
+      expect(yield* countOf("blobs", gone)).toBe(45)
+      const purge = yield* ConversationPurge
+      yield* purge.purge(1)
+      expect(yield* countOf("blobs", gone)).toBe(25)
+      expect(yield* queued).toEqual([gone])
+      yield* purge.purge(10)
+      expect(yield* countOf("blobs", gone)).toBe(0)
+      expect(yield* queued).toEqual([])
+      expect(yield* countOf("blobs", stays)).toBe(2)
     }))
 
   it.effect("a tenant delete queues every conversation; large ones are purged a chunk at a time", () =>

@@ -7,16 +7,19 @@ import { JobRunner } from "../ops/JobRunner.js"
 const CHUNK = 1000
 /** Queued conversations one statement takes: small ones are purged many at a time (ADR 0008). */
 const TARGETS = 50
+/** Uploaded files deleted per statement: each may be as large as `UPLOAD_MAX_BYTES`. */
+const BLOBS = 20
 /** Chunks per run, so one run of a large backlog does not hold the job for long. */
 const CHUNKS_PER_RUN = 200
 
 /**
  * Purges what deleted conversations left behind (migration 0004, ADR 0008): their activities and
- * deliveries, in chunks. Each chunk is one statement that takes up to `TARGETS` queued
- * conversations no other node is purging (`SKIP LOCKED`, in key order: the queue's index finds them
- * in constant time, however many a tenant delete queued), deletes the first `CHUNK` of their
- * activities in (conversation, seq) order with their deliveries, and dequeues every conversation
- * the chunk emptied: all but the last one in it, and that one too when the chunk was not full.
+ * deliveries, in chunks, and their uploaded files. Each chunk is one statement that takes up to
+ * `TARGETS` queued conversations no other node is purging (`SKIP LOCKED`, in key order: the queue's
+ * index finds them in constant time, however many a tenant delete queued), deletes the first `CHUNK`
+ * of their activities in (conversation, seq) order with their deliveries and up to `BLOBS` of their
+ * files, and dequeues every conversation the chunk emptied: all but the last one in it, and that one
+ * too when the chunk was not full; none while the files took a whole chunk (more may be left).
  */
 export class ConversationPurge extends Effect.Service<ConversationPurge>()("parley/ConversationPurge", {
   effect: Effect.gen(function*() {
@@ -36,9 +39,14 @@ export class ConversationPurge extends Effect.Service<ConversationPurge>()("parl
           DELETE FROM deliveries d USING chunk WHERE d.activity_id = chunk.id
         ), activities_gone AS (
           DELETE FROM activities a USING chunk WHERE a.conversation_id = chunk.conversation_id AND a.seq = chunk.seq
+        ), blobs_gone AS (
+          DELETE FROM blobs b WHERE b.id IN (
+            SELECT blob.id FROM target JOIN blobs blob ON blob.conversation_id = target.conversation_id LIMIT ${BLOBS}
+          ) RETURNING 1
         ), dequeued AS (
           DELETE FROM conversation_purges p USING target
           WHERE p.conversation_id = target.conversation_id
+            AND (SELECT count(*) FROM blobs_gone) < ${BLOBS}
             AND ((SELECT count(*) FROM chunk) < ${CHUNK} OR target.conversation_id < (SELECT conversation_id FROM chunk ORDER BY conversation_id DESC LIMIT 1))
         )
         SELECT count(*)::int AS taken FROM target`,

@@ -13,6 +13,7 @@ import foreignKeyIndexes from "../../migrations/0007_foreign_key_indexes.js"
 import auditLogByTime from "../../migrations/0008_audit_log_by_time.js"
 import apiKeyIssuer from "../../migrations/0009_api_key_issuer.js"
 import clientTokens from "../../migrations/0010_client_tokens.js"
+import blobs from "../../migrations/0012_blobs.js"
 
 /** Every shipped migration, by name; readiness reports any that is not applied. */
 export const migrations = {
@@ -25,7 +26,8 @@ export const migrations = {
   "0007_foreign_key_indexes": foreignKeyIndexes,
   "0008_audit_log_by_time": auditLogByTime,
   "0009_api_key_issuer": apiKeyIssuer,
-  "0010_client_tokens": clientTokens
+  "0010_client_tokens": clientTokens,
+  "0012_blobs": blobs
 } as const
 
 /**

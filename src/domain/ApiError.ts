@@ -164,6 +164,25 @@ export class PayloadTooLarge extends Schema.TaggedError<PayloadTooLarge>()("Payl
   }
 }
 
+/** The sniffed type of an uploaded file is not among the tenant's allowed upload types. */
+export class UnsupportedMediaType extends Schema.TaggedError<UnsupportedMediaType>()("UnsupportedMediaType", {
+  message: Schema.String,
+  content_type: Schema.String
+}, HttpApiSchema.annotations({ status: 415 })) implements WireError {
+  readonly code = "unsupported_media_type"
+  get wireDetails() {
+    return { content_type: this.content_type }
+  }
+}
+
+/** 502 `upstream_unavailable`: the file store failed; nothing of the upload was kept. */
+export class StorageUnavailable extends Schema.TaggedError<StorageUnavailable>()("StorageUnavailable", {
+  message: Schema.String
+}, HttpApiSchema.annotations({ status: 502 })) implements WireError {
+  readonly code = "upstream_unavailable"
+  readonly wireDetails = null
+}
+
 /** An activity failed validation; `fields` maps stored field names to messages. */
 export class InvalidMessage extends Schema.TaggedError<InvalidMessage>()("InvalidMessage", {
   message: Schema.String,

@@ -18,7 +18,7 @@ import { noteOpaqueWatermark } from "./OpaqueWatermark.js"
 import { ACTIVITY_PAGE, CONVERSATION_PAGE, decodeCursor, encodeCursor, parseLimit } from "./Paging.js"
 import { ParleyApi } from "./ParleyApi.js"
 import { RequestArrival } from "./RequestId.js"
-import { streamUrl } from "./StreamUrl.js"
+import { streamUrl } from "./PublicUrl.js"
 
 /** What a client token reaches: its own tenant and channel. */
 const scopeOf = (client: ClientPrincipal): ConversationScope => ({ tenantId: client.tenantId, channelId: client.channelId })

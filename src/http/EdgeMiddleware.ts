@@ -14,6 +14,7 @@ import { INVALID_CREATE_BODY, legacyRoutes } from "./LegacyRoutes.js"
 import { RequestArrival, RequestId, requestIdFrom } from "./RequestId.js"
 import { requestRecorder } from "./RequestRecorder.js"
 import { RouteTable } from "./RouteTable.js"
+import { ATTACHMENT_PATH } from "./UploadRoutes.js"
 
 /**
  * The deprecated create maps every bad body to 401 (server-apis.md), one over the limit too. It is
@@ -89,7 +90,7 @@ export const EdgeMiddleware = HttpLayerRouter.middleware(
         const contentLength = Number(request.headers["content-length"] ?? "0")
         const early = preflight
           ? preflightAnswer(corsAllowedOrigins, request.headers["origin"], routes.allowedMethods(request.url))
-          : isApi && !acceptsJson(request.headers["accept"])
+          : isApi && !acceptsJson(request.headers["accept"]) && template !== ATTACHMENT_PATH
           ? responseOf(answerForError(new NotAcceptable({ message: "this API answers JSON only" }), requestId))
           : template !== undefined && contentLength > MAX_JSON_BODY_BYTES && !template.endsWith("/upload")
           ? answersOwnBody(request.method, template) ? legacyBodyTooLarge(requestId) : responseOf(answerForError(bodyTooLarge(), requestId))

@@ -37,6 +37,7 @@ import { Metrics } from "../ops/Metrics.js"
 import { createNodeServer, type RequestClaim } from "./NodeServer.js"
 import { ParleyApi } from "./ParleyApi.js"
 import { RouteTableLive, routesOf } from "./RouteTable.js"
+import { UploadRoutes, uploadRoutes } from "./UploadRoutes.js"
 
 const ApiRoutes = HttpLayerRouter.addHttpApi(ParleyApi, { openapiPath: "/api/v1/openapi.json" }).pipe(
   Layer.provide(Layer.mergeAll(
@@ -74,13 +75,14 @@ const DrainLive = Layer.scopedDiscard(
 )
 
 /** Every route of the node behind the edge middleware. */
-const AppRoutes = Layer.mergeAll(ApiRoutes, LegacyRoutes, OpsRoutes, DeprecationsPage, EdgeMiddleware).pipe(
+const AppRoutes = Layer.mergeAll(ApiRoutes, LegacyRoutes, OpsRoutes, DeprecationsPage, UploadRoutes, EdgeMiddleware).pipe(
   Layer.provide(RouteTableLive([
     ...routesOf(ParleyApi),
     { method: "GET", path: "/api/v1/openapi.json" },
     ...legacyRoutes,
     ...opsRoutes,
-    ...deprecationsRoutes
+    ...deprecationsRoutes,
+    ...uploadRoutes
   ]))
 )
 

@@ -13,6 +13,12 @@ const overHttps = (request: HttpServerRequest.HttpServerRequest, trustedProxies:
   inRanges(Option.getOrElse(request.remoteAddress, () => ""), trustedProxies) &&
   (request.headers["x-forwarded-proto"] ?? "").split(",")[0]?.trim().toLowerCase() === "https"
 
+/** The scheme-less origin a client used: the host and port the request named, and whether it was HTTPS. */
+const originOf = (request: HttpServerRequest.HttpServerRequest, trustedProxies: ReadonlyArray<Cidr>, fallbackHost: string) => ({
+  secure: overHttps(request, trustedProxies),
+  host: request.headers["host"] ?? fallbackHost
+})
+
 /**
  * The `streamUrl` of a conversation (client-api.md `POST /conversations`): the client socket on the
  * host and port the request named, `wss` for HTTPS requests, with the token, the conversation and
@@ -24,9 +30,19 @@ export const streamUrl = (
   fallbackHost: string,
   query: { readonly token: string; readonly conversationId: string; readonly watermark?: string | undefined }
 ): string => {
-  const scheme = overHttps(request, trustedProxies) ? "wss" : "ws"
-  const host = request.headers["host"] ?? fallbackHost
+  const { host, secure } = originOf(request, trustedProxies, fallbackHost)
   const params = [`token=${encodeURIComponent(query.token)}`, `conversation_id=${encodeURIComponent(query.conversationId)}`]
   if (query.watermark !== undefined) params.push(`watermark=${encodeURIComponent(query.watermark)}`)
-  return `${scheme}://${host}${CLIENT_SOCKET_PATH}?${params.join("&")}`
+  return `${secure ? "wss" : "ws"}://${host}${CLIENT_SOCKET_PATH}?${params.join("&")}`
+}
+
+/** An HTTP URL of this API as the client reached it (`https` behind a trusted HTTPS proxy), for `path`. */
+export const httpUrl = (
+  request: HttpServerRequest.HttpServerRequest,
+  trustedProxies: ReadonlyArray<Cidr>,
+  fallbackHost: string,
+  path: string
+): string => {
+  const { host, secure } = originOf(request, trustedProxies, fallbackHost)
+  return `${secure ? "https" : "http"}://${host}${path}`
 }
