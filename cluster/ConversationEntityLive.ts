@@ -21,13 +21,8 @@ export const moved = () =>
   )
 
 /**
- * A listener's stream ends after about `lifetimeMs` (its node's hub subscribes again from what it
- * has), and one still open a tenth of that later (at least a second) is interrupted. The cluster
- * never ends the stream of a node that died without a word (Effect-TS/effect#8214): an idle one
- * would wait for activities forever, and one with an activity in flight waits forever for the dead
- * node's acknowledgement, not pulling the stream, so only interrupting the fiber that runs it (the
- * entity's request) ends it. Either way the conversation's core would count a listener for good.
- * The lifetime varies by ±10 % so that streams opened together do not all end together.
+ * Ends a listener's stream after about `lifetimeMs` (±10 %) and interrupts one still open later: the
+ * cluster never ends the stream of a node that died silently (Effect-TS/effect#8214; ADR 0014).
  */
 const boundedLifetime = (lifetimeMs: number) => <A, E, R>(stream: Stream.Stream<A, E, R>) =>
   Stream.unwrapScoped(Effect.gen(function*() {

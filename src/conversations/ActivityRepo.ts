@@ -36,12 +36,8 @@ export class ActivityRepo extends Effect.Service<ActivityRepo>()("parley/Activit
       findActivities({ tenantId, conversationId, ids, keys })
 
     /**
-     * `findExisting` once no write of the conversation is in flight, within the tenant's own rows: a
-     * caller not yet checked against the conversation (an append whose answer was lost) neither waits
-     * on another tenant's conversation nor sees its activities, so it is answered as for a missing one.
-     * A write holds the conversation's row from its head update to its commit, so waiting for that row
-     * first makes visible a commit PostgreSQL was still holding up (a stalled WAL flush); past
-     * `IN_FLIGHT_WAIT_MS` this fails, and the outcome of such a write is not known yet.
+     * `findExisting` once no write of the conversation is in flight, within the tenant's own rows. Waiting
+     * for the row a write holds until commit makes visible a commit PostgreSQL was holding up (ADR 0004).
      */
     const findSettled = (
       tenantId: TenantId,

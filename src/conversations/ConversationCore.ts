@@ -51,13 +51,8 @@ const LATE_READ_MS = 1000
 const NO_IDS: ReadonlySet<string> = new Set()
 
 /**
- * The logic of one conversation, run on the node that owns its shard. Commands queue in an inbox;
- * one round at a time takes everything waiting, decides it against the conversation's state
- * (closed, idempotency, tenant: RoundDecision) and writes it as one group, so concurrent appends to
- * one conversation share a transaction. The head moves only after commit, and a conflict (another
- * owner wrote first) reloads the state from the database and retries. When `isOwned` turns false
- * the core forgets its state and answers `Moved`. Closing the scope answers `Moved` to whatever
- * still waits. A load that finds no conversation calls `onMissing` before its commands get their 404.
+ * The logic of one conversation on its shard's owner: an inbox, one round at a time, each written as
+ * one group; the head moves only after commit, and a conflict reloads and retries (ADR 0004).
  */
 export const makeConversationCore = (conversationId: ConversationId, isOwned: () => boolean, onMissing: () => void) =>
   Effect.gen(function*() {
@@ -77,9 +72,8 @@ export const makeConversationCore = (conversationId: ConversationId, isOwned: ()
     let subscribers = 0
 
     /**
-     * A read of a round, given up (503) once no command of the round could still be written: a
-     * stalled database answers callers in time, including one running the round inline. Rounds
-     * are uninterruptible, so the read runs in a fiber of its own, cancelled in the background.
+     * A round's read, given up (503) once no command of the round could still be written. Rounds are
+     * uninterruptible, so the read runs in its own fiber, cancelled in the background.
      */
     const readFor = <A, E>(commands: ReadonlyArray<Command>, read: Effect.Effect<A, E>) =>
       Effect.suspend(() => {
@@ -185,9 +179,8 @@ export const makeConversationCore = (conversationId: ConversationId, isOwned: ()
     }
 
     /**
-     * Decides on the conversation as loaded, looking up first what may be stored already, and writes.
-     * Another tenant's commands are answered 404 before anything is looked up, so a failing look-up
-     * cannot tell them the conversation exists.
+     * Decides on the loaded state, looking up first what may be stored, and writes. Other tenants'
+     * commands get 404 before any look-up, so a failing look-up cannot reveal the conversation.
      */
     const decideAndWrite = (all: ReadonlyArray<Command>, current: ConversationState, attempt: number) => {
       const ours = (command: Command) => command.tenantId === current.tenant_id
@@ -275,9 +268,8 @@ export const makeConversationCore = (conversationId: ConversationId, isOwned: ()
 
     return {
       /**
-       * Appends; `within` bounds the wait when the caller has no deadline of its own. Such a local
-       * append to an idle core runs its round in the caller's fiber, saving the two hops through the
-       * core's fiber (most rounds have one command when appends spread over many conversations).
+       * Appends; `within` bounds the wait when the caller has no deadline. A local append to an idle
+       * core runs its round in the caller's fiber, saving two hops through the core's fiber.
        */
       append: <E = never>(request: AppendRequest, within?: AnswerWithin<E>) =>
         inbox.call((done: AppendDone): Command => ({

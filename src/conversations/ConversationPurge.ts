@@ -13,13 +13,8 @@ const BLOBS = 20
 const CHUNKS_PER_RUN = 200
 
 /**
- * Purges what deleted conversations left behind (migration 0004, ADR 0008): their activities and
- * deliveries, in chunks, and their uploaded files. Each chunk is one statement that takes up to
- * `TARGETS` queued conversations no other node is purging (`SKIP LOCKED`, in key order: the queue's
- * index finds them in constant time, however many a tenant delete queued), deletes the first `CHUNK`
- * of their activities in (conversation, seq) order with their deliveries and up to `BLOBS` of their
- * files, and dequeues every conversation the chunk emptied: all but the last one in it, and that one
- * too when the chunk was not full; none while the files took a whole chunk (more may be left).
+ * Purges what deleted conversations left behind, one chunk per statement (ADR 0008). A conversation is
+ * dequeued only once a chunk that was not all files leaves it empty.
  */
 export class ConversationPurge extends Effect.Service<ConversationPurge>()("parley/ConversationPurge", {
   effect: Effect.gen(function*() {

@@ -42,12 +42,8 @@ const isRefused = tagged("MailboxFull", "AlreadyProcessingMessage")
 class Unanswered extends Data.TaggedError("Unanswered")<{}> {}
 
 /**
- * A write through the cluster, bounded by `timeoutMs` (cluster calls retry forever while a shard
- * moves). A call the cluster refused did nothing: 503. One left without its answer (no reply in
- * time, the owner's connection lost, the call ended by an interruption from the cluster's side: its
- * owner stopping it mid-way in a handoff) may have committed, so `settle` decides, told what to
- * answer when the write is found not stored: the cluster's 503, or the database's when the owner
- * reported its write's outcome unknown. This request's own interruption is not caught.
+ * A write through the cluster, bounded by `timeoutMs` (cluster calls retry forever while a shard moves).
+ * A refused call did nothing (503); one left without its answer may have committed, so `settle` decides.
  */
 const writeThroughCluster = <A, E extends { readonly _tag: string }, R, A2, E2>(
   call: Effect.Effect<A, E, R>,
@@ -71,9 +67,8 @@ const SETTLE_LOOKUP_PAUSE_MS = 250
 const SETTLE_LOOKUP_BUDGET_MS = 1_500
 
 /**
- * `lookUp` once no write with this deadline can still start (`WRITE_SETTLED_AFTER_MS` past it):
- * each look bounded, repeated after a pause, all within a budget; none when no look answered in
- * time (neither bound waits for the query's cancellation: on a silent connection that takes seconds).
+ * `lookUp` once no write with this deadline can still start, each look bounded and repeated within a
+ * budget; neither bound waits for the query's cancellation, which takes seconds on a silent connection.
  */
 const lookUpSettled = <A, E>(deadline: number, lookUp: Effect.Effect<A, E>) =>
   Effect.suspend(() => Effect.sleep(Math.max(0, deadline + WRITE_SETTLED_AFTER_MS - Date.now()))).pipe(
@@ -121,13 +116,8 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
     const cores = yield* ConversationCores
 
     /**
-     * The answer to an append left without one (no reply in time, the owner's connection lost, the
-     * call interrupted by a shard moving, its write's connection broken after sending it): once no
-     * write of its draft can still start (`WRITE_SETTLED_AFTER_MS` past its deadline) and none of its
-     * conversation is in flight (`findSettled`), the draft is stored or never will be. So a 503
-     * (`notStored`) still means nothing was stored, and a write whose answer was lost is answered.
-     * When the look-up gets no answer, or a write still holds the conversation, the outcome is
-     * unknown: 502, not a 503.
+     * The answer to an append left without one, looked up once its draft is stored or never will be,
+     * so a 503 still means nothing was stored; no answer from the look-up is a 502 (ADR 0004).
      */
     const settleUnanswered = (
       conversationId: ConversationId,
@@ -171,10 +161,8 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
       )
 
     /**
-     * The answer to a close or reopen whose write's outcome is open (its answer lost), as
-     * `settleUnanswered` settles an append: once no write of it can still start or commit unseen,
-     * the conversation in the status asked for is the answer (a close is idempotent), and one not
-     * in it a 503 that holds (nothing was stored). No answer in time: 502, not a 503.
+     * The answer to a close or reopen whose outcome is open, settled as `settleUnanswered` settles an
+     * append: the status asked for is the answer, another one a 503 that holds (ADR 0004).
      */
     const settleStatus = (
       tenantId: TenantId,
@@ -198,9 +186,8 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
       )
 
     /**
-     * An append to a conversation this node owns goes straight to its core; others, and any the
-     * core reports moved meanwhile, go through the cluster. The answer is awaited until
-     * `ANSWER_TIMEOUT_MS` after the request arrived (`arrivedAt`), however long it took to get here.
+     * An append to a conversation this node owns goes straight to its core, others through the cluster;
+     * the wait counts from `arrivedAt`, however long the request took to get here.
      */
     const appendTo = (conversationId: ConversationId, request: AppendRequest, arrivedAt: number) => {
       const answerWithinMs = () => Math.max(0, arrivedAt + ANSWER_TIMEOUT_MS - Date.now())
@@ -251,12 +238,9 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
 
     const listForChannel = (filter: ChannelListFilter) => repo.listForChannel(filter).pipe(orUnavailable)
 
-    /** Checks `reply_to_id`: an activity of this conversation; edits and deletes only of one's own. */
     /**
-     * Checks what `reply_to_id` names. A deleted message can still be replied to or deleted again,
-     * not edited or reacted to. Deletion is the one refusal that changes over time, so when it
-     * refuses an append with an idempotency key, an append stored under that key before the
-     * deletion is the answer (a retry), as it would have been.
+     * Checks what `reply_to_id` names. Deletion is the one refusal that changes over time, so an append
+     * stored under the same idempotency key before the deletion is still the answer.
      */
     const checkTarget = (
       tenantId: TenantId,
@@ -289,10 +273,8 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
     }
 
     /**
-     * Validates and appends an activity. A repeated idempotency key returns the original activity.
-     * A failure means nothing was stored. The write's time budget counts from `arrivedAt`, when the
-     * request arrived (epoch ms), so time spent authenticating it is part of its bound. With
-     * `keyCheck`, the write stores the draft (id `draftId`) only while that API key is valid (401).
+     * Validates and appends an activity; a repeated idempotency key returns the original, and a failure
+     * means nothing was stored. The time budget counts from `arrivedAt`, so authentication is inside it.
      */
     const append = (
       scope: ConversationScope,
@@ -382,11 +364,8 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
     }
 
     /**
-     * A page of activities, oldest first: forward, the oldest after the watermark; backward, the
-     * newest below `before` (or the head) and after the watermark. `hasMore` says more exist beyond
-     * the page in its direction; `watermark` is the seq of the page's newest activity, and an empty
-     * page echoes the position sent. A watermark that is malformed or names no activity of the
-     * conversation is `onInvalidWatermark`'s: an error, or a position to read from.
+     * A page of activities, oldest first, in either direction from the watermark (api-notes.md). A
+     * watermark that is malformed or names no activity here is `onInvalidWatermark`'s to answer.
      */
     const activities = <E>(
       scope: ConversationScope,

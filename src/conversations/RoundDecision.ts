@@ -8,9 +8,8 @@ import type { TenantId } from "../domain/Tenant.js"
 import type { ConversationState } from "./ConversationState.js"
 
 /**
- * An append as a round decides it. `arrivedLate`: the command reached the core past its deadline.
- * Its delay was on the way (a shard moving, an owner lost), not in the core's inbox behind slow
- * writes: a 503 for it says so.
+ * An append as a round decides it. `arrivedLate`: it reached the core past its deadline, delayed on
+ * the way (shard move, lost owner) rather than in the inbox, and its 503 says so.
  */
 export interface AppendCommand {
   readonly _tag: "Append"
@@ -37,10 +36,8 @@ export type RoundCommand = AppendCommand | StatusCommand
 /** Commands taken from the inbox in one round; they share one write group. */
 const MAX_COMMANDS_PER_ROUND = 256
 /**
- * The drafts of one round as JSON at the most, past its first command. A group is written whole in
- * one statement, with a delivery copy of each activity: so it stays within a statement's JSON
- * (ActivityWriter). Without it, a round of many large appends made one group that outlasted the
- * statement timeout, failed whole, and formed again from the same appends retried.
+ * The round's JSON cap past its first command: a group and its delivery copies must fit one statement,
+ * or a round of large appends outlasts the statement timeout and re-forms from the same retries.
  */
 const MAX_ROUND_JSON = MAX_STATEMENT_JSON / 2
 
@@ -75,14 +72,8 @@ export const editTargets = (commands: ReadonlyArray<RoundCommand>): ReadonlyArra
 }
 
 /**
- * Whether a round looks up what of its appends is stored before it writes. The first attempt on an
- * open conversation writes without looking: the write refuses a group whose key is stored
- * (KeyTaken) or whose draft id is (a crash re-send), and the retry looks both up. A conversation
- * that is or may become closed in this round writes no append, so a repeat there is looked up at
- * once. A command past its deadline is looked up too: a redelivery after its owner crashed may find
- * its draft committed by that owner, and then the answer is the activity, not a 503. Edits and
- * reactions whose targets (`targets`) may be deleted look up too, so a retry of one accepted before
- * the delete still gets it by its key.
+ * Whether a round looks up what of its appends is stored before writing. First attempts write blind
+ * (the write refuses stored keys and draft ids); ADR 0004 lists the cases that look up first.
  */
 export const looksUpFirst = (
   commands: ReadonlyArray<RoundCommand>,
@@ -95,9 +86,8 @@ export const looksUpFirst = (
   commands.some((c) => c._tag === "SetStatus" || c.deadline < now)
 
 /**
- * What may be stored when a round reads nothing: an append past its deadline or after a conflict
- * (a re-send's first owner may have stored its draft). A status change is decided on the state
- * as loaded, so a re-sent one is not written twice: its 503 is safe.
+ * What may be stored when a round reads nothing: an append past its deadline or after a conflict.
+ * Status changes are decided on the loaded state, so a re-sent one is never written twice.
  */
 export const appendMayBeStored = (attempt: number, now: number) => (command: RoundCommand) =>
   command._tag === "Append" && (attempt > 0 || command.deadline < now)
@@ -122,9 +112,8 @@ const statusEvent = (status: "active" | "closed", reason: "manual" | "expired"):
 })
 
 /**
- * Deliveries of the inbound direction: back to the origin channel, for activities that did not come
- * from it. The write drops them while the channel only receives (its mode is read there, as it is
- * at that moment).
+ * Deliveries back to the origin channel for activities that did not come from it; the write drops
+ * them while the channel only receives (its mode is read at write time).
  */
 export const planDeliveries = (state: ConversationState, drafts: ReadonlyArray<ActivityDraft>): Array<PlannedDelivery> =>
   drafts
@@ -156,11 +145,8 @@ export interface RoundDecision<C extends RoundCommand> {
 const NO_ANSWERS: ReadonlyArray<never> = []
 
 /**
- * Decides a round's commands, given the conversation as loaded, what of them is stored already and
- * which targets of its edits and reactions are deleted messages: settles those it can at once, and
- * collects the drafts to write as one group with the commands waiting for them. Each command is
- * judged on the conversation as the commands before it in the round leave it: an append after a
- * close in the same round is refused as closed.
+ * Decides a round: settles what it can at once and collects the drafts to write as one group. Each
+ * command sees the state the earlier ones leave, so an append after a close in the round is refused.
  */
 export const decide = <C extends RoundCommand>(
   commands: ReadonlyArray<C>,

@@ -1,12 +1,8 @@
 import { WRITE_CONNECT_TIMEOUT_MS, WRITE_QUERY_TIMEOUT_MS } from "../db/WriterClient.js"
 
 /**
- * The time budget of a write whose caller may give up (ADR 0004). A write starts only before its
- * deadline, `WRITE_DEADLINE_MS` after the request arrived, on a connection of the writer's client,
- * whose statements are bounded (`WriterClient`). So once `WRITE_SETTLED_AFTER_MS` have passed since
- * the deadline, a draft is stored or never will be (a commit PostgreSQL itself holds up, a slow WAL
- * flush or a synchronous replica, aside): a caller left without an answer looks its draft up then,
- * and a 503 means nothing was stored.
+ * The time budget of a write whose caller may give up (ADR 0004): `WRITE_SETTLED_AFTER_MS` past its
+ * deadline, a draft is stored or never will be, so a caller without an answer looks it up then.
  */
 export const WRITE_DEADLINE_MS = 5_000
 export const WRITE_SETTLED_AFTER_MS = WRITE_CONNECT_TIMEOUT_MS + WRITE_QUERY_TIMEOUT_MS + 500
