@@ -11,11 +11,8 @@ const PAGE = 500
 const CALL_TIMEOUT = Duration.seconds(10)
 
 /**
- * One check: closes, through each conversation's entity, the conversations idle for
- * `idleCloseSeconds`, `page` at a time. The entity appends the `expired` event and keeps seq right,
- * and skips a conversation that became active again after the cutoff. Each close activates the
- * conversation's entity and core, which stay in memory for minutes, so at most `closesPerSecond`
- * start a second: that bounds what a check holds however many conversations it closes.
+ * One check: closes the conversations idle for `idleCloseSeconds` through their entities, which skip
+ * one active again since. Each close keeps a core in memory for minutes, hence `closesPerSecond`.
  */
 export const closeIdleConversations = (idleCloseSeconds: number, closesPerSecond: number, page = PAGE) =>
   Effect.gen(function*() {

@@ -90,11 +90,8 @@ export interface BatchAnswer {
 }
 
 /**
- * Writes groups in one statement (its own transaction, one round trip): each group's head
- * moves only if it still is `oldHead`, and only the groups that moved get their activities,
- * deliveries and edit marks; a group with an idempotency key already stored in its conversation
- * does not move. A unique violation (an id or idempotency key stored meanwhile) fails the whole
- * statement.
+ * Writes groups in one statement: a group moves its head only if it still is `oldHead` and its key is
+ * not stored, and only moved groups get their rows; a unique violation fails the whole statement.
  */
 export const batchStatement = (writer: SqlClient.SqlClient, groups: ReadonlyArray<WriteGroup>, encoded: EncodedRows) => {
   // Each set of rows goes as one JSON document: no per-value array escaping on either side.

@@ -10,11 +10,7 @@ import { type ConversationCore, makeConversationCore } from "./ConversationCore.
 /** A core unused this long, with no open stream, is dropped (its state is reloaded when needed). */
 const IDLE_AFTER = Duration.minutes(5)
 const SWEEP_EVERY = Duration.minutes(1)
-/**
- * The cores one node runs at most: starting one more first drops the least recently used idle ones
- * (no stream open, no command waiting or running). Busy ones are never dropped: when every core is
- * busy the new one starts anyway, and later starts bring the count back down as cores fall idle.
- */
+/** The cores one node runs at most while any is idle; busy ones are never dropped (ADR 0004). */
 const MAX_RUNNING_CORES = 10_000
 
 interface Running {
@@ -26,11 +22,8 @@ interface Running {
 }
 
 /**
- * The conversation cores running on this node, one per conversation whose shard it owns, at most
- * `maxRunning` of them while any is idle. The conversation entity delegates to them, and so do local
- * callers directly: an append for a conversation this node owns skips the cluster's RPC layers.
- * Ownership is checked per round; a moment with two owners (handoff, crash) is still settled by the
- * database's compare-and-set. A core whose conversation does not exist is dropped at once.
+ * The conversation cores on this node, one per owned conversation; local appends reach them without the
+ * cluster's RPC layers. A moment with two owners is still settled by the database's compare-and-set.
  */
 export class ConversationCores extends Effect.Service<ConversationCores>()("parley/ConversationCores", {
   scoped: (maxRunning: number = MAX_RUNNING_CORES) => Effect.gen(function*() {

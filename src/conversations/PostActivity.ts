@@ -5,11 +5,8 @@ import type { ActivityInput } from "./ActivityRules.js"
 import type { ConversationScope, Conversations, KeyCheck } from "./Conversations.js"
 
 /**
- * Posting an activity once the caller is known and allowed to write, on every route that serves it
- * (tenant API, its lean route, client API): rate limit (`activity_create`, per tenant), append; the
- * stored activity or a typed failure. A retry over the limit whose idempotency key is already stored
- * gets its activity, as any retry does. `arrivedAt` is when the request arrived (epoch ms): the
- * append's time budget counts from it.
+ * Posts an activity for a caller allowed to write, on every route that serves it: rate limit, then
+ * append. A retry over the limit whose idempotency key is stored still gets its activity.
  */
 export const postActivity = (conversations: Conversations, limiter: RateLimiter) =>
 (

@@ -3,11 +3,8 @@ import type { Connection } from "@effect/sql/SqlConnection"
 import { Effect, Layer, Stream } from "effect"
 
 /**
- * A reserved connection whose statements run one at a time: a statement waits for the one before
- * to end, here rather than in pg's queue. A statement given up while it waits is never sent; one
- * interrupted while it runs is cancelled (pg_cancel_backend of the session) before the next is sent.
- * In pg's queue a statement given up while it waited was still sent later, and its cancellation
- * stopped whichever statement of another fiber was running in the session.
+ * A reserved connection whose statements run one at a time, queued here rather than in pg's queue, so a
+ * statement given up while waiting is never sent and a cancellation hits only its own (ADR 0013).
  */
 const oneAtATime = (connection: Connection): Connection => {
   const turn = Effect.unsafeMakeSemaphore(1)
@@ -28,19 +25,15 @@ const oneAtATime = (connection: Connection): Connection => {
 }
 
 /**
- * Closes the session of a reserved @effect/sql-pg connection (its pg client, `pg`), so that its pool
- * drops it instead of handing it out again. Sent while a statement runs, the close takes effect
- * on the server when that statement ends.
+ * Closes the session of a reserved connection's pg client, so its pool drops it instead of handing it
+ * out again; sent mid-statement, it takes effect when that statement ends.
  */
 const endSession = (connection: Connection) =>
   Effect.sync(() => (connection as { readonly pg?: { end(callback: () => void): void } }).pg?.end(() => {}))
 
 /**
- * `sql` whose reserved connections (`sql.reserve`, also through `withoutTransforms()`) run one
- * statement at a time and end their session with the reservation; statements, transactions and
- * everything else are `sql`'s own. For @effect/cluster: its SQL runner storage keeps every
- * shard-lock operation on one reserved connection and runs them from concurrent fibers (one
- * release per shard), ADR 0013.
+ * `sql` whose reserved connections run one statement at a time and end their session with the
+ * reservation: the cluster's shard-lock storage shares one from concurrent fibers (ADR 0013).
  */
 export const serialReservations = (sql: SqlClient.SqlClient): SqlClient.SqlClient => {
   const serialized = Object.assign(

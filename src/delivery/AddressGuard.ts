@@ -10,11 +10,8 @@ class AddressRejected extends Data.TaggedError("AddressRejected")<{ readonly rea
 const IPV4_COMPATIBLE = ipaddr.IPv6.parseCIDR("::/96")
 
 /**
- * True for an address that is public unicast. ipaddr.js names every special range; we accept only
- * `unicast`, so private, loopback, link-local, CGNAT, documentation, benchmarking, multicast, reserved,
- * unique-local, site-local and IPv4-embedding ranges (6to4, Teredo, NAT64) are all refused, and so
- * is the deprecated IPv4-compatible range `::/96`, which ipaddr.js counts as unicast.
- * IPv4-mapped IPv6 is judged as the IPv4 address it carries.
+ * True for a public unicast address: only ipaddr.js's `unicast` range, minus the deprecated `::/96`
+ * it counts as unicast; IPv4-mapped IPv6 is judged as its IPv4 address (api-notes.md).
  */
 export const isPublicAddress = (text: string): boolean => {
   if (!ipaddr.isValid(text)) return false

@@ -23,9 +23,8 @@ const isLower = (code: number) => code >= 97 && code <= 122
 const isLowerOrDigit = (code: number) => isLower(code) || (code >= 48 && code <= 57)
 
 /**
- * The name in one pass: a word starts at a capital after a lower-case letter or digit, or at the
- * last capital of a run followed by a lower-case letter (`APIToken`); letters are lower-cased
- * (`toLowerCase` turns two non-ASCII ones into ASCII: `İ`, `K`), every run of other characters is one `_`.
+ * The name in one pass: words split at case changes (`APIToken` is `api_token`), lower-cased, every run
+ * of other characters one `_` (`toLowerCase` turns `İ` and `K` into ASCII).
  */
 const nameOf = (key: string): string => {
   let name = ""
@@ -98,9 +97,8 @@ const hides = (key: string, inHeaders: boolean) => inHeaders ? isSensitiveHeader
 const AUTHORITY_ENDS = new Set(["/", "?", "#", "\\"])
 
 /**
- * Calls `visit` with the userinfo of every `scheme://userinfo@host` in `text`, in one pass: where it
- * starts, where its `@` is, and its first `:` (-1 when none). As in WHATWG URLs, the authority ends
- * at `/`, `?`, `#` or `\`, and the userinfo at its last `@`.
+ * Calls `visit` with the start, `@` and first `:` (-1 when none) of every URL userinfo in `text`, in one
+ * pass; as in WHATWG URLs, the authority ends at `/`, `?`, `#` or `\`, the userinfo at its last `@`.
  */
 const forEachUserinfo = (text: string, visit: (start: number, at: number, colon: number) => void): void => {
   let marker = text.indexOf("://")
@@ -159,9 +157,8 @@ const redactValue = (value: unknown, inHeaders: boolean, urls: boolean): unknown
 }
 
 /**
- * A copy of the object with every credential-like value replaced by `[REDACTED]`, at any depth and
- * inside arrays; every value of a `headers` map whose header name is authorization-like too; and the
- * credentials of every URL inside a string (`nats://user:[REDACTED]@host`, `https://[REDACTED]@host`).
+ * A copy with every credential-like value, authorization-like header value and URL credential inside a
+ * string replaced by `[REDACTED]`, at any depth.
  */
 export const redactObject = (value: Readonly<Record<string, unknown>>): Record<string, unknown> =>
   redactValue(value, false, true) as Record<string, unknown>
@@ -199,11 +196,8 @@ const restoreValue = (sent: unknown, stored: unknown, path: string, report: Repo
 }
 
 /**
- * The sent object with every value still equal to `[REDACTED]`, at any depth, replaced by the stored
- * value at the same path (array items by index), and every string still holding a redacted URL
- * credential by the stored string it was shown for. A `[REDACTED]` with nothing stored at its path,
- * or a URL with a redacted credential that is not the stored one, is reported with its path
- * (`headers.authorization`, `accounts[0].password`).
+ * The sent object with every `[REDACTED]` (or redacted URL credential) put back from the stored value at
+ * the same path; one with nothing stored to put back is reported with its path.
  */
 export const restoreRedacted = (
   sent: Readonly<Record<string, unknown>>,

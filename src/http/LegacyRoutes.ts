@@ -41,11 +41,8 @@ export const INVALID_CREATE_BODY = "invalid body: a JSON object whose status is 
 class InvalidBody extends Data.TaggedError("InvalidBody")<{}> {}
 
 /**
- * The JSON body decoded by `schema`; an empty body reads as `{}`, so a bodiless create takes the
- * defaults. The edge's body rules hold here too (JSON only, nesting depth): the create route
- * answers them itself, as it maps every bad body to 401. `stored` picks, from the JSON as sent, what
- * the route stores: a value in it that would not be stored as sent (`1e999` stored as `null`, a
- * `__proto__` key dropped by decoding, U+0000) makes the body invalid, never stored changed.
+ * The JSON body decoded by `schema` (empty reads as `{}`), under the edge's body rules answered here,
+ * as this route maps every bad body to 401. `stored` picks what must be stored exactly as sent.
  */
 const jsonBody = <A, I>(schema: Schema.Schema<A, I>, stored: (json: unknown) => unknown = () => undefined) =>
   HttpServerRequest.HttpServerRequest.pipe(
@@ -71,10 +68,8 @@ const channelSecret = Effect.flatMap(HttpServerRequest.HttpServerRequest, (reque
 })
 
 /**
- * `POST /api/v1/tokens` and `POST /api/v1/conversations` (server-apis.md, deprecated). Raw routes,
- * not HttpApi endpoints: their error mapping (400 for a missing header, 401 for any bad
- * `/conversations` body, JSON syntax included) is not what HttpApi decoding answers; so they are
- * not in the OpenAPI document.
+ * The deprecated `POST /api/v1/tokens` and `POST /api/v1/conversations` (server-apis.md): raw routes, as
+ * their error mapping is not HttpApi's, so they are not in the OpenAPI document.
  */
 export const LegacyRoutes = HttpLayerRouter.addAll(Effect.gen(function*() {
   const config = yield* AppConfig

@@ -26,10 +26,8 @@ export const slotId = (bucket: string, key: string, windowStart: number | string
   `${bucket}\u0000${key}\u0000${windowStart}\u0000${windowEnd}`
 
 /**
- * The windows a node counts in. Those of buckets counted per client address are at most
- * `ipWindowsMax`: a new one past that forgets the least recently decided one, so a flood of new
- * addresses neither grows memory nor resets the windows in use (a forgotten window that comes back
- * reads this node's stored count again). Other buckets are keyed by tenants and accounts.
+ * The windows a node counts in. Per-address windows are capped at `ipWindowsMax`, forgetting the least
+ * recently decided one, so a flood of new addresses neither grows memory nor resets windows in use.
  */
 export class CounterWindows {
   private readonly ip = new Map<string, Slot>()

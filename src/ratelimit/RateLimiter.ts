@@ -221,9 +221,8 @@ const makeRateLimiter = (ipWindowsMax: number) =>
       )
 
     /**
-     * The slot's read of the other nodes' count, started unless one is under way. Marking the slot
-     * and starting the read are one step: a caller interrupted in between would leave every later
-     * decision on the key waiting for a read that never comes, until its window ends.
+     * Starts the slot's read of the other nodes' count unless one is under way. Marking and starting
+     * are one step: an interruption between them would leave the key waiting for a read that never comes.
      */
     const learning = (slot: Slot) =>
       Effect.uninterruptible(Effect.suspend(() => {
@@ -234,10 +233,8 @@ const makeRateLimiter = (ipWindowsMax: number) =>
       }))
 
     /**
-     * Counts one event in the window, or fails with the time left in it. A slot the last sync did
-     * not read (new to this node, or unused for a while) learns the other nodes' count before
-     * deciding, once its window has run for a sync interval: they may have filled the window long
-     * before, and waiting for the next sync would let a whole limit through again.
+     * Counts one event in the window, or fails with the time left in it. A slot the last sync did not
+     * read learns the others' count first, or a whole limit could pass again before the next sync (ADR 0005).
      */
     const count = (bucket: Bucket, key: string, window: Window, mayLearn = true): Effect.Effect<void, RateLimited> => {
       const now = Date.now()
@@ -260,10 +257,8 @@ const makeRateLimiter = (ipWindowsMax: number) =>
     }
 
     /**
-     * Counts one event for `key` in `bucket`, or fails with 429 `rate_limited` and the time left in
-     * the window. `tenantId` selects the tenant's overrides for the overridable buckets; in a bucket
-     * counted per client address, `key` is the address. On every request, so plain functions rather
-     * than generators.
+     * Counts one event for `key` in `bucket`, or fails with 429 `rate_limited` and the time left; runs on
+     * every request, so plain functions rather than generators.
      */
     const consume = (bucket: Bucket, key: string, tenantId: string | null) =>
       Effect.suspend(() => {
@@ -290,12 +285,8 @@ const makeRateLimiter = (ipWindowsMax: number) =>
     }
 
     /**
-     * Writes this node's count of every window it accepted more in, and reads the other nodes'
-     * counts of the windows it decided on recently. Counts are absolute, so a sync whose answer was
-     * lost is simply written again; windows left alone are neither written nor read (a key seen
-     * once costs nothing more). Each statement is bounded in size: windows whose count grew by more
-     * than one, and windows used since the last sync, go first; a window left unread learns the
-     * others' count before its next decision.
+     * Writes this node's counts of the windows it accepted more in and reads the others' for the windows
+     * it used; counts are absolute, so a sync whose answer was lost is safe to repeat (ADR 0005).
      */
     const sync = Effect.suspend(() => {
       const startedAt = Date.now()
@@ -375,11 +366,8 @@ const makeRateLimiter = (ipWindowsMax: number) =>
   })
 
 /**
- * Fixed-window rate limits (client-api.md "Limits"), windows aligned to wall-clock time. Each node
- * decides from what it accepted in the window plus what the other nodes had counted when it last
- * looked, and twice every `RATE_LIMIT_SYNC_MS` writes its own count to a shared table (one row per
- * node and window) and reads the others' for the windows it used since; so a burst overshoots by at
- * most what the other nodes accept within one interval.
+ * Fixed-window rate limits (client-api.md "Limits"), shared between nodes through a table: a burst
+ * overshoots by at most what the other nodes accept within one sync interval (ADR 0005).
  */
 export class RateLimiter extends Effect.Service<RateLimiter>()("parley/RateLimiter", {
   scoped: makeRateLimiter(IP_WINDOWS_MAX)

@@ -105,11 +105,8 @@ export class Tenants extends Effect.Service<Tenants>()("parley/Tenants", {
     const get = (id: TenantId) => load(id, false).pipe(orUnavailable)
 
     /**
-     * Applies a change: an unknown tenant is 404, then a stale `If-Match` 412, then an invalid body 422
-     * (preconditions come before the content, RFC 9110). Validation may resolve a webhook host, so it
-     * runs before the row lock; the patch does not depend on the row, so under the lock `If-Match` is
-     * checked again against the version being changed. Idempotent: a change already in place writes
-     * nothing (no audit row), keeping `updated_at` and the ETag.
+     * Applies a change: 404, then 412, then 422 (RFC 9110). Validation may resolve a webhook host, so it
+     * runs before the row lock and `If-Match` is checked again under it; a no-op change writes nothing.
      */
     const applyChange = <R>(
       id: TenantId,
