@@ -9,10 +9,8 @@ import { SerialReservationsLive } from "../src/db/SerialReservations.js"
 import { oneNodeAtATime } from "../src/db/SetupLock.js"
 
 /**
- * Where the runner listens, given the advertised host and, for a name, the addresses it resolves
- * to: on that address only, since the port has no authentication. An IP address as given; a name on
- * the first address, the one Node's own listen takes and a peer's connect tries first. None when a
- * name has no address.
+ * Where the runner listens: only on the advertised address, since the port has no authentication; a
+ * name on its first address, none when it has no address (ADR 0022).
  */
 export const runnerListenHost = (host: string, addresses: ReadonlyArray<string>): Option.Option<string> =>
   isIP(host) !== 0 ? Option.some(host) : Option.fromNullable(addresses[0])
@@ -40,9 +38,8 @@ const lookUpListenHost = Effect.fn("ClusterLive.lookUpListenHost")(function*(hos
 })
 
 /**
- * This node's cluster runner. With PostgreSQL: a socket runner on `CLUSTER_RUNNER_PORT` whose shard
- * locks and messages live in the same database. The embedded database serves one node only, so
- * there it is a single runner without sockets or advisory locks.
+ * This node's cluster runner: with PostgreSQL, a socket runner whose locks and messages live in the
+ * database; the embedded database serves one node, so there a single runner without sockets or locks.
  */
 export const ClusterLive = Layer.unwrapEffect(
   Effect.gen(function*() {

@@ -91,10 +91,8 @@ const checkRateLimit = (sent: NonNullable<ChannelInput["rate_limit"]>, report: R
 }
 
 /**
- * Checks every sent field against `base`; `name` is required when creating. The config is checked
- * against the resulting type whenever it, the type or `require_signature` may have changed (always
- * when creating); a sent config replaces the stored one, except that `[REDACTED]` values keep the
- * stored value at their path. Fails with 422 `validation_failed` listing every problem.
+ * Checks every sent field against `base` (422 `validation_failed` listing every problem). A sent config
+ * replaces the stored one, but its `[REDACTED]` values keep the stored value at their path.
  */
 export const validateChannel = (input: ChannelInput, base: ChannelBase, creating: boolean) =>
   Effect.gen(function*() {

@@ -38,9 +38,8 @@ export const MAX_TIMER_MS = 2_147_483_647
 /** A check interval in seconds becomes a timer, so it stays within MAX_TIMER_MS (about 24.8 days). */
 const MAX_INTERVAL_SECONDS = Math.floor(MAX_TIMER_MS / 1000)
 /**
- * A lifetime or grace is added to (or taken from) now, never a timer: 10 years keeps every expiry a
- * valid JS date and PostgreSQL timestamp. A setting of this kind that becomes a timer moves to
- * `intervalSeconds`.
+ * A lifetime is added to now, never a timer: 10 years keeps every expiry a valid JS date and PostgreSQL
+ * timestamp. One that becomes a timer moves to `intervalSeconds`.
  */
 const MAX_LIFETIME_SECONDS = 315_360_000
 /**
@@ -87,9 +86,8 @@ const cidrList = (name: string, fallback: string) =>
   )
 
 /**
- * An optional secret: at least `minLength` characters when set. Blank is unset: an empty
- * `ADMIN_API_TOKEN` must not become a token. With `oneWord`, whitespace is refused: the token is
- * compared with the one word after `Bearer`, so a token with a space could never match.
+ * An optional secret of at least `minLength` characters; blank is unset, so an empty token never
+ * matches. With `oneWord`, whitespace is refused: a bearer token with a space could never match.
  */
 const secret = (name: string, minLength: number, oneWord: boolean) =>
   optional(name, (value) =>
@@ -100,10 +98,8 @@ const secret = (name: string, minLength: number, oneWord: boolean) =>
       : Either.right(Redacted.make(value)))
 
 /**
- * `DATABASE_URL`: a `postgres://` or `postgresql://` URL, else the node would start and fail later
- * inside the pool. pg also takes a user with no host (`postgres://u@/db?host=/run/postgresql`),
- * which WHATWG URL refuses: checked with a host filled in. The value is never echoed: it may hold a
- * password.
+ * `DATABASE_URL` must be a `postgres(ql)://` URL, or the node fails later inside the pool. A hostless URL
+ * (`postgres://u@/db?host=/run/postgresql`) is checked with a host filled in; the value is never echoed.
  */
 const databaseUrl = optional("DATABASE_URL", (value) => {
   const url = value.trim()
@@ -140,9 +136,8 @@ const hostSetting = (name: string, fallback: string) =>
   })
 
 /**
- * `CLUSTER_RUNNER_HOST`: the address other nodes dial. "Any address" (0.0.0.0, `::`, or a port typed
- * here, which reads as 0.0.x.x) is accepted by the runner but reaches no node in particular: a peer
- * dialling it reaches itself, and the cluster misroutes its messages without an error.
+ * `CLUSTER_RUNNER_HOST`, the address peers dial. "Any address" (0.0.0.0, `::`, a port typed here) is
+ * refused: a peer dialling it reaches itself, and the cluster misroutes silently.
  */
 const runnerHost = hostSetting("CLUSTER_RUNNER_HOST", "127.0.0.1").pipe(
   Config.mapOrFail((host) =>

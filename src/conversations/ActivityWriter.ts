@@ -58,10 +58,8 @@ const groupsFitting = (groups: ReadonlyArray<WriteGroup>) => {
 }
 
 /**
- * The node's activity writer. Appends from every conversation entity on this node are written
- * together, one multi-row statement per batch (group commit): a round trip per batch, not per
- * activity. Gap-free seq is enforced by the database: a group commits only if the conversation's
- * `head_seq` still equals its `oldHead`, and `(conversation_id, seq)` is the primary key.
+ * The node's activity writer: appends from every conversation on the node go as one statement per batch
+ * (group commit); gap-free seq is the database's, by `oldHead` compare-and-set and the primary key.
  */
 export class ActivityWriter extends Effect.Service<ActivityWriter>()("parley/ActivityWriter", {
   scoped: Effect.gen(function*() {

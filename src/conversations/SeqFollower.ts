@@ -28,10 +28,8 @@ export const storedBetween = <E>(read: ReadAfter<E>, page: number, after: number
     ))
 
 /**
- * Every activity with seq above `fromSeq`, each once and in seq order: the stored ones (below
- * `storedBelow`, when the live feed covers the rest), then `live`. A live activity past the next
- * expected seq (its predecessors were dropped for a slow listener, or published before the
- * subscription) is preceded by the missing ones, read from the table.
+ * Every activity above `fromSeq`, once each and in seq order: stored ones, then `live`; a gap in `live`
+ * (dropped for a slow listener, or published before subscribing) is filled from the table first.
  */
 export const inSeqOrder = <E>(options: {
   readonly fromSeq: number

@@ -9,10 +9,8 @@ interface Waiting<K, A, E> {
 }
 
 /**
- * Collects lookups from concurrent callers and runs them in batches: while `concurrency` batches
- * are in flight, new keys wait and go together in the next one (up to `maxBatch`). A hot lookup
- * then costs one database round trip per batch instead of one per request, and each caller still
- * sees the database as it was after its request arrived. `run` answers every key, in order.
+ * Runs concurrent callers' lookups in batches of up to `maxBatch`, at most `concurrency` in flight: one
+ * round trip per batch, each caller still seeing the database as of its arrival. `run` answers every key.
  */
 export const makeBatcher = <K, A, E>(options: {
   readonly maxBatch: number

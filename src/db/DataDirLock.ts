@@ -45,10 +45,8 @@ const tryLock = (path: string): number | undefined => {
 }
 
 /**
- * Holds `<directory>.lock` (this process's pid inside) for the scope. PGlite takes no lock on its
- * directory: a second node started on the same `DATA_DIR` served too, each answered writes the
- * other never saw, and the one that closed last overwrote the other's (acknowledged writes lost on
- * restart). A lock whose process is gone (a crash) is taken over.
+ * Holds `<directory>.lock` (our pid inside) for the scope: PGlite takes no lock, and two nodes on one
+ * `DATA_DIR` lost each other's acknowledged writes. A lock whose process is gone is taken over.
  */
 export const lockDataDir = (directory: string) => {
   const path = `${directory}.lock`

@@ -24,10 +24,8 @@ const freePort = Effect.async<number, SqlError>((resume) => {
 })
 
 /**
- * PGlite under `<dataDir>/pglite` behind a local socket, so that `pg` (and @effect/cluster) talk to
- * it as to any server; its port on 127.0.0.1, open for the scope. Everything is serialised in one
- * session, so the socket server must accept more connections than the pool opens (its default of
- * one hangs).
+ * PGlite under `<dataDir>/pglite` behind a socket on 127.0.0.1, so `pg` and the cluster talk to it as to
+ * any server. It must accept more connections than the pool opens: its default of one hangs.
  */
 export const embeddedServer = (dataDir: string) =>
   Effect.gen(function*() {

@@ -30,10 +30,8 @@ const isNeverSent = (error: SqlError) =>
   error.message.startsWith("Failed to acquire connection") || CONNECT_FAILURES.has(codeOf(error) ?? "")
 
 /**
- * Whether a failed statement may still have committed: no SQLSTATE (the connection broke, or no
- * answer came in time), a connection exception (class 08), or the server stopping (57P) or failing
- * (XX) under it. Any other SQLSTATE answers a statement that rolled back, and a statement that was
- * never sent (`isNeverSent`) cannot have committed.
+ * Whether a failed statement may still have committed: no SQLSTATE, or class 08, 57P or XX (ADR 0018).
+ * A statement never sent cannot have.
  */
 export const isOutcomeUnknown = (error: SqlError) => {
   if (isNeverSent(error)) return false
@@ -42,18 +40,11 @@ export const isOutcomeUnknown = (error: SqlError) => {
     code.startsWith("XX")
 }
 
-/**
- * SQLSTATEs of a database that cannot serve now, where a retry may succeed: connection exception
- * (08), insufficient resources (53), operator intervention (57: a cancelled statement, a shutdown),
- * system error (58), serialization failure and deadlock (40001, 40P01), a lock or idle-transaction
- * timeout (55P03, 25P03), and a read-only transaction (25006: a standby after a failover).
- */
+/** SQLSTATEs of a database that cannot serve now, where a retry may succeed (ADR 0018). */
 const UNAVAILABLE = /^(08|53|57|58)|^(40001|40P01|55P03|25P03|25006)$/
 
 /**
- * The database could not serve the statement (503, retry later): it never reached the server, no
- * answer came (no SQLSTATE), or its SQLSTATE is of a connection, resource or timeout class. Any
- * other SQLSTATE (42: a statement that does not fit the schema, an unhandled 23, XX000) is a bug.
+ * The database could not serve the statement (503, retry later); any other SQLSTATE is a bug (ADR 0018).
  */
 export const isUnavailable = (error: SqlError) => {
   if (isNeverSent(error)) return true

@@ -13,10 +13,8 @@ const isInfrastructure = (u: unknown): u is Infrastructure =>
 const unstorableValue = () => new BadRequest({ message: "the request holds a value that cannot be stored" })
 
 /**
- * Maps what a repository can fail with besides domain errors: a statement the database could not
- * serve is 503 `unavailable` (nothing committed), a value of the request it refused is 400 (a retry
- * would fail the same way); any other SQL error, a row that breaks its schema or a missing
- * RETURNING row is a bug (a defect: 500, logged by the edge).
+ * Maps a repository's non-domain failures (ADR 0018): unavailable is 503, a value the database refused
+ * 400; any other SQL error, a row breaking its schema or a missing RETURNING row is a defect.
  */
 export const orUnavailable = <A, E, R>(
   effect: Effect.Effect<A, E, R>
