@@ -18,9 +18,8 @@ const problems = (error: ConfigError.ConfigError): ReadonlyArray<string> => {
 }
 
 /**
- * After a stop signal the process exits within `DRAIN_MAX_MS`, whatever is still open. The listeners
- * stay for good: `runMain` listens for the first signal only, and a repeated one (a supervisor
- * sending it again) would otherwise end the process mid-drain with 143 or 130 instead of 0.
+ * After a stop signal the process exits within `DRAIN_MAX_MS`. The listeners stay: `runMain` takes the
+ * first signal only, and a repeated one would end the process mid-drain with 143 or 130, not 0.
  */
 const armDrainDeadline = Effect.gen(function*() {
   const { drainMaxMs } = yield* AppConfig
@@ -35,10 +34,8 @@ const armDrainDeadline = Effect.gen(function*() {
 })
 
 /**
- * An exception nothing caught (thrown in a library's callback, or a rejected promise nobody
- * handled, which Node raises as one) ends the process as Node would, exit 1, but logged first in the
- * node's own format. The process's state is unknown then, so it does not drain: the cluster fails
- * its conversations over.
+ * An uncaught exception or unhandled rejection ends the process with exit 1, logged in our format first;
+ * its state is unknown then, so it does not drain and the cluster fails its conversations over.
  */
 const exitOnUncaughtException = Effect.gen(function*() {
   const runSync = Runtime.runSync(yield* Effect.runtime<never>())

@@ -14,10 +14,8 @@ export interface HostResolverOptions {
 }
 
 /**
- * Names are asked over DNS through c-ares, which runs on the event loop with a time limit. A name
- * DNS does not answer for (the hosts file, a search domain, a server that failed) is asked of the
- * system resolver, whose `getaddrinfo` holds a thread of libuv's pool until it returns: one such
- * lookup at a time, others wait for it within their bound.
+ * Names are asked over DNS through c-ares (event loop, time limit); one DNS cannot answer goes to
+ * `getaddrinfo`, which holds a libuv pool thread, so one such lookup at a time (ADR 0017).
  */
 export const hostResolver = (options: HostResolverOptions) =>
   Effect.gen(function*() {

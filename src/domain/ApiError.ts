@@ -230,10 +230,8 @@ export class Unavailable extends Schema.TaggedError<Unavailable>()("Unavailable"
 }
 
 /**
- * 502 `upstream_unavailable`: an append whose answer was lost could not be settled either (the
- * database did not answer the look-up, or a write of its conversation was still in flight). It may
- * be stored, so it is not a 503 (which promises nothing was); retrying with the same idempotency key
- * gives the stored activity or stores it once.
+ * 502 `upstream_unavailable`: an append whose answer was lost and could not be settled. It may be
+ * stored, so not a 503; a retry with the same idempotency key gets it or stores it once.
  */
 export class OutcomeUnknown extends Schema.TaggedError<OutcomeUnknown>()("OutcomeUnknown", {
   message: Schema.String

@@ -9,10 +9,8 @@ const daysInMonth = (year: number, month: number) =>
   month === 2 ? (isLeapYear(year) ? 29 : 28) : [4, 6, 9, 11].includes(month) ? 30 : 31
 
 /**
- * Reads an ISO 8601 date-time with `Z` or a `±hh:mm` offset and optional fractional seconds
- * (`2030-01-31T12:00:00.5+02:00`) whose every component exists: year from 1, month 1–12, a day of
- * that month (leap years included), hour up to 23, minute and second up to 59, offset within ±23:59.
- * Returns the instant (fractions below a millisecond are dropped), or None: never a rolled-over date.
+ * Reads an ISO 8601 date-time with `Z` or a `±hh:mm` offset (`2030-01-31T12:00:00.5+02:00`) whose every
+ * component exists, to the millisecond; None rather than a rolled-over date.
  */
 export const parseInstant = (text: string): Option.Option<Date> => {
   const match = DATE_TIME.exec(text)

@@ -79,10 +79,8 @@ export class LeanAppendRoute extends Context.Reference<LeanAppendRoute>()("parle
 }) {}
 
 /**
- * `POST /api/v1/conversations/:id/activities` with `x-api-key`, served on the node's HTTP server
- * ahead of the router: the hottest route skips the HttpApi layers (ADR 0006). It runs the same
- * authentication, rules and append as the routed handler and answers with the same statuses,
- * envelopes and headers; every request it does not claim goes to the router.
+ * `POST /api/v1/conversations/:id/activities` with `x-api-key`, ahead of the router (ADR 0006): same
+ * rules and answers as the routed handler; every request it does not claim goes to the router.
  */
 export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRoute", {
   effect: Effect.gen(function*() {
@@ -102,10 +100,8 @@ export class AppendRoute extends Effect.Service<AppendRoute>()("parley/AppendRou
       })
 
     /**
-     * The answer to an append made with a key from this node's recent lookups (ADR 0015). Its write
-     * checks the key, so an answer about that write stands: its draft stored, or its outcome
-     * unknown. Any other (a refusal, the activity an idempotency key names already) waits for a
-     * lookup of the key, so that a key revoked meanwhile gets its 401 as with a lookup first.
+     * The answer to an append made with a remembered key (ADR 0015): an answer about its own write
+     * stands; any other waits for a lookup of the key, so a key revoked meanwhile gets its 401.
      */
     const answerConfirmed = <E, E2>(
       appended: Effect.Effect<Activity, E>,

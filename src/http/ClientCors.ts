@@ -29,10 +29,8 @@ const allowedOrigin = (allowed: CorsOrigins, origin: string | undefined): string
 const varyOn = (allowed: CorsOrigins): Record<string, string> => allowed === "*" ? {} : { vary: "Origin" }
 
 /**
- * The 204 answer to a preflight: the methods the path takes (none for an unknown path, whose answer
- * is then a readable 404), `Authorization` and `Content-Type` only (client-api.md keeps
- * `x-idempotency-key` out). An origin not allowed gets a 204 without CORS headers, which the
- * browser refuses like a 403 without this node telling which origins it allows.
+ * The 204 answer to a preflight: the path's methods, `Authorization` and `Content-Type` only. A disallowed
+ * origin gets no CORS headers, which the browser refuses without learning which origins are allowed.
  */
 export const preflightAnswer = (
   allowed: CorsOrigins,
@@ -53,9 +51,8 @@ export const preflightAnswer = (
 }
 
 /**
- * `response` with the CORS headers of an actual request, error answers included. `Retry-After` is
- * not exposed: clients read `details.retry_after_ms` (client-api.md "Authentication" 7). Never
- * `Access-Control-Allow-Credentials`: tokens travel in `Authorization`, not cookies.
+ * `response` with an actual request's CORS headers, errors included. `Retry-After` is not exposed (clients
+ * read `details.retry_after_ms`), and never credentials: tokens travel in `Authorization`.
  */
 export const withCorsHeaders = (
   response: HttpServerResponse.HttpServerResponse,

@@ -21,10 +21,8 @@ type BodyRefusal =
   | { readonly _tag: "TooLarge" }
 
 /**
- * Whether the body is one HttpApi reads as JSON text: `application/json`, or no content type at
- * all. HttpApi reads any other type another way (a form as fields, `+json` types as bytes) and
- * would take it for a payload; the API's bodies are JSON, so those are refused. Reading their text
- * here would also leave the route waiting for a body already consumed.
+ * Whether HttpApi reads the body as JSON text (`application/json` or no type). It reads other types
+ * another way and would take them for a payload, so they are refused here.
  */
 const isReadAsJson = (request: HttpServerRequest.HttpServerRequest) => isJsonContentType(request.headers["content-type"])
 
@@ -52,10 +50,8 @@ const unstorableField = (text: string): Option.Option<readonly [field: string, p
 }
 
 /**
- * The body rules every API route shares, checked once at the edge: JSON only (uploads aside), and
- * at most `MAX_JSON_DEPTH` levels deep (the routes' decoding, redaction and serialisation recurse).
- * A body that cannot be read is left for the route to answer; the request keeps the text it read
- * for the route.
+ * The body rules every API route shares, checked once at the edge: JSON only (uploads aside), at most
+ * `MAX_JSON_DEPTH` deep, as decoding and redaction recurse. An unreadable body is the route's to answer.
  */
 export const refuseBody = (
   request: HttpServerRequest.HttpServerRequest,
@@ -92,9 +88,8 @@ export const refuseBody = (
 }
 
 /**
- * 422 `validation_failed` for a management or admin body holding a string PostgreSQL cannot store,
- * named per field as the routes' own validation does. Run by those APIs' authentication once the
- * caller is known, so a caller without a valid credential learns nothing from the body's content.
+ * 422 `validation_failed` for a management or admin body holding a string PostgreSQL cannot store; run
+ * after authentication, so a caller without a valid credential learns nothing from the body.
  */
 export const refuseUnstorableBody: Effect.Effect<void, ValidationFailed, HttpServerRequest.HttpServerRequest> =
   Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) =>

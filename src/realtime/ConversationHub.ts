@@ -40,10 +40,8 @@ interface Topic {
 type Feed = Pick<Topic, "pubsub" | "last" | "publishing" | "announced">
 
 /**
- * The node-local fan-out. Each conversation with local listeners has one upstream subscription to
- * its entity, wherever that runs; it resumes from the last seq it saw, fills any gap from the
- * activities table and is restarted when it goes silent, so listeners get every activity once, in
- * seq order, whatever happens upstream.
+ * The node-local fan-out: one upstream subscription per conversation with local listeners, resumed,
+ * gap-filled from the table and restarted when silent, so listeners get every activity once, in order.
  */
 export class ConversationHub extends Effect.Service<ConversationHub>()("parley/ConversationHub", {
   scoped: Effect.gen(function*() {
@@ -124,9 +122,8 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
       Effect.sync(() => forkInHub(upstream(conversationId, topic), { scope, immediate: false }))
 
     /**
-     * Replaces the topic's upstream with one subscribed from what the topic has published. The old
-     * one is not awaited (stopping a call to an unreachable owner takes seconds); until it stops
-     * both may publish, and `publishNext` publishes each seq once.
+     * Replaces the topic's upstream with one from what it has published. The old one is not awaited (an
+     * unreachable owner takes seconds); meanwhile both may publish, and `publishNext` keeps each seq once.
      */
     const restart = (conversationId: ConversationId, topic: Topic) =>
       Effect.gen(function*() {
@@ -139,10 +136,8 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
       })
 
     /**
-     * Catches up every topic whose conversation's head is past what it published: one query for the
-     * heads of up to `GAP_CHECK_BATCH` conversations, a table read only for those behind. Restarts
-     * the upstream of a topic whose head at the previous check is still not announced: a check
-     * apart, that is silence, not the few milliseconds an announcement trails its commit.
+     * Catches up every topic behind its conversation's head, one head query per batch. An upstream whose
+     * head from the previous check is still unannounced is silent, not trailing its commit: restarted.
      */
     const gapCheck = Effect.gen(function*() {
       const open = [...topics]
@@ -179,9 +174,8 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
       })
 
     /**
-     * The conversation's topic with one more listener. Nothing slow runs under the node-wide lock:
-     * the head a new topic starts from is read before taking it (again, if the topic closed
-     * meanwhile), so subscribing does not queue behind a read of another conversation.
+     * The conversation's topic with one more listener. A new topic's head is read before taking the
+     * node-wide lock, so subscribing never queues behind another conversation's read.
      */
     const acquire = (conversationId: ConversationId): Effect.Effect<Topic, Effect.Effect.Error<ReturnType<typeof activityRepo.headOf>>> =>
       Effect.flatMap(
@@ -198,9 +192,8 @@ export class ConversationHub extends Effect.Service<ConversationHub>()("parley/C
       )
 
     /**
-     * One listener less; the last one closes the topic. Its upstream stops in the background: on a
-     * silent database or an unreachable owner that takes seconds, which neither the lock nor the
-     * leaving listener waits for.
+     * One listener less; the last closes the topic. Its upstream stops in the background, which can take
+     * seconds that neither the lock nor the leaving listener should wait for.
      */
     const release = (conversationId: ConversationId) =>
       lock.withPermits(1)(Effect.sync(() => {

@@ -41,10 +41,8 @@ export class Uploads extends Effect.Service<Uploads>()("parley/Uploads", {
       )
 
     /**
-     * Checks the file's sniffed type against the tenant's allowed types (415), stores it (502 when
-     * the store fails) and appends the message; `attachmentUrl` makes the download URL of a file id.
-     * A message refused after the file was stored takes the file with it; one whose outcome is
-     * unknown (502) keeps it, as the message may be stored.
+     * Checks the sniffed type (415), stores the file (502 on failure) and appends the message. A refused
+     * message takes the file with it; one with an unknown outcome (502) keeps it, as it may be stored.
      */
     const attach = Effect.fn("Uploads.attach")(function*(
       client: ClientPrincipal,
