@@ -38,9 +38,8 @@ export const LoggingLive = Layer.unwrapEffect(
 const NodeServices = Layer.mergeAll(Metrics.Default, Lifecycle.Default, JobRunner.Default)
 
 /**
- * A whole node: database (migrated before anything serves), cluster runner, entities, background
- * jobs and HTTP. Each `provide` builds its layer first and releases it last, which is the drain
- * order: routes, then entities, then the writer, then sharding, then the pool.
+ * A whole node. Each `provide` builds its layer first and releases it last, which is the drain order:
+ * routes, entities, writer, sharding, pool.
  */
 export const NodeLive = HttpLive.pipe(
   Layer.provide(

@@ -155,9 +155,8 @@ export class ClientTokens extends Effect.Service<ClientTokens>()("parley/ClientT
       }).pipe(orUnavailable)
 
     /**
-     * `tokens/refresh`: a new token of the same grant, valid a whole TTL. The old one works for the
-     * rotation grace period, and refreshing it again then gives another new token; refreshing it
-     * past the grace period is taken for theft: the whole family is revoked (401 `token_revoked`).
+     * `tokens/refresh`: a new token of the same grant. The old one keeps working for the rotation grace;
+     * refreshing it after that is taken for theft and revokes the whole family (401 `token_revoked`).
      */
     const refresh = (token: string) =>
       Effect.gen(function*() {
@@ -221,9 +220,8 @@ export class ClientTokens extends Effect.Service<ClientTokens>()("parley/ClientT
       )
 
     /**
-     * `tokens/publishable`: the IP bucket first, then the key (401), the origin (403), the channel's
-     * bucket; a valid `resume` of the key's channel whose conversation is still active gives a fresh
-     * token for that conversation and user, anything else a new conversation and anonymous user.
+     * `tokens/publishable`: IP bucket, key (401), origin (403), channel bucket. A valid `resume` of an active
+     * conversation gives a fresh token for it, anything else a new conversation and anonymous user.
      */
     const publishable = (request: {
       readonly key: string

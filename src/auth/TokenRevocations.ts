@@ -7,9 +7,8 @@ import { failureLog } from "../ops/FailureLog.js"
 import { JobRunner } from "../ops/JobRunner.js"
 
 /**
- * One revocation: a whole family, one rotated token (from `atMs`, when its grace ends), or every
- * token of a user on a channel issued up to `atMs` (to the second of `iat`). `expiresAtMs` is when
- * every token it covers has expired.
+ * One revocation: a family, one rotated token (from `atMs`), or a user's tokens on a channel issued up
+ * to `atMs`; `expiresAtMs` is when every token it covers has expired.
  */
 export const Revocation = Schema.Struct({
   kind: Schema.Literal("family", "rotation", "user"),
@@ -64,9 +63,8 @@ export const covers = (revocation: Revocation, claims: ClientTokenClaims, nowMs:
 }
 
 /**
- * Client-token revocations (ADR 0025): written to a log table and followed by every node every
- * `POLL_INTERVAL_MS`, so a check costs no database read. Each node keeps the revocations whose
- * tokens have not all expired, and publishes each one it learns of on `changes` (sockets close).
+ * Client-token revocations: a log every node follows, so a check reads no database (ADR 0025); each one
+ * learnt is published on `changes` so sockets close.
  */
 export class TokenRevocations extends Effect.Service<TokenRevocations>()("parley/TokenRevocations", {
   scoped: Effect.gen(function*() {

@@ -47,9 +47,8 @@ const loadKey = Effect.gen(function*() {
 })
 
 /**
- * Signs and verifies client tokens (JWT, HS256). The key is read once when the node starts; both
- * key sources are used as their UTF-8 bytes, so an operator can move the generated key into
- * `TOKEN_SIGNING_KEY` unchanged. Tokens are never logged.
+ * Signs and verifies client tokens (JWT, HS256). Both key sources are used as UTF-8 bytes, so a
+ * generated key moves into `TOKEN_SIGNING_KEY` unchanged; tokens are never logged.
  */
 export class TokenSigner extends Effect.Service<TokenSigner>()("parley/TokenSigner", {
   effect: Effect.gen(function*() {

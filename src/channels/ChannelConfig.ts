@@ -139,9 +139,8 @@ const nats = (config: JsonObject, report: Report): CheckedConfig => {
 }
 
 /**
- * Checks a config against its channel type without IO: typed settings are validated (unknown keys
- * are kept), webhook defaults are filled in. `echo`, `websocket`, `http_pull` and `email` accept any
- * object.
+ * Checks a config against its channel type without IO: typed settings validated (unknown keys kept),
+ * webhook defaults filled in; other types accept any object.
  */
 const checkConfig = (
   type: ChannelType,

@@ -38,9 +38,8 @@ export interface RoundInbox<C> {
 }
 
 /**
- * An inbox whose commands are taken in rounds, one round at a time, by the inbox's own fiber or by a
- * caller that found it idle. A defect in one round answers its commands with the defect; the inbox
- * keeps taking commands. Closing the scope refuses whatever still waits, and every later command.
+ * An inbox taken in rounds by its own fiber or by a caller that found it idle. A defect answers only
+ * its round's commands; closing the scope refuses whatever waits and every later command.
  */
 export const makeRoundInbox = <C extends Answerable>(
   options: RoundInboxOptions<C>

@@ -14,9 +14,8 @@ export const awaitReply = <A, E>(register: (reply: Reply<A, E>) => void): Effect
   Effect.async<A, E>((resume) => register(replyOnce(resume)))
 
 /**
- * The first completion resumes the waiting fiber; the reference to it is dropped then, so whatever
- * keeps the reply afterwards (a finished write batch, a command) keeps neither that fiber nor, since
- * the reply is made out here, what `register` captured.
+ * The first completion resumes the waiting fiber and drops it, so a reply kept afterwards retains
+ * neither that fiber nor what `register` captured.
  */
 const replyOnce = <A, E>(resume: (effect: Effect.Effect<A, E>) => void): Reply<A, E> => {
   let waiting: typeof resume | undefined = resume
@@ -28,9 +27,8 @@ const replyOnce = <A, E>(resume: (effect: Effect.Effect<A, E>) => void): Reply<A
 }
 
 /**
- * Runs `effect` in a fiber of its own and answers `onTimeout()` if it has not finished `ms` from
- * now, interrupting it in the background. Cheaper than `Effect.timeout` (no race of two fibers, no
- * scope), and it answers in time even when the caller cannot be interrupted.
+ * Runs `effect` in its own fiber and answers `onTimeout()` after `ms`, interrupting it in the background:
+ * cheaper than `Effect.timeout`, and in time even when the caller cannot be interrupted.
  */
 export const answerWithin = <A, E, E2>(effect: Effect.Effect<A, E>, ms: number, onTimeout: () => E2) =>
   Effect.flatMap(Effect.forkDaemon(Effect.interruptible(effect)), (fiber) =>

@@ -4,9 +4,8 @@ import ipaddr from "ipaddr.js"
 export type Cidr = readonly [ipaddr.IPv4 | ipaddr.IPv6, number]
 
 /**
- * Whether `text` is an address in its standard form: four decimal parts for IPv4. ipaddr.js also
- * reads shorthand, hex and octal parts (`127.1`, `10/8` as 0.0.0.10/8, `010.0.0.1` as 8.0.0.1),
- * which an operator would not mean.
+ * Whether `text` is an address in standard form. ipaddr.js also reads shorthand, hex and octal IPv4
+ * (`127.1`, `010.0.0.1` as 8.0.0.1), which an operator would not mean.
  */
 const isStandardAddress = (text: string) =>
   text.includes(":") ? ipaddr.IPv6.isValid(text) : ipaddr.IPv4.isValidFourPartDecimal(text)

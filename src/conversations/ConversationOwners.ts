@@ -6,9 +6,8 @@ import type { ConversationId } from "../domain/Conversation.js"
 import type { TenantId } from "../domain/Tenant.js"
 
 /**
- * The write failed in a way that leaves its outcome open (its connection broke after sending it):
- * the caller looks the draft (or the status) up once it is settled (WriteTimings), never answering
- * a 503 for a change that was stored.
+ * The write's outcome is open (its connection broke after sending it): the caller looks it up once
+ * settled (WriteTimings), never answering 503 for a stored change.
  */
 export class WriteOutcomeUnknown extends Schema.TaggedError<WriteOutcomeUnknown>()("WriteOutcomeUnknown", {}) {}
 

@@ -186,9 +186,8 @@ export class ConversationRepo extends Effect.Service<ConversationRepo>()("parley
       )
 
     /**
-     * Creates a conversation on a channel (its origin); the channel is linked with role `origin`. The
-     * channel must exist (404) and be active (400 `channel_inactive`) when the conversation commits.
-     * With `participant`, the channel's participant of that external id (made if new) is its party.
+     * Creates a conversation linked to its origin channel, which must exist (404) and be active (400
+     * `channel_inactive`) at commit; with `participant`, that participant (made if new) is its party.
      */
     const create = (input: {
       readonly tenantId: TenantId

@@ -69,11 +69,8 @@ const PoolLive = Layer.scoped(
     const config = yield* AppConfig
     if (Option.isSome(config.databaseUrl)) {
       const server = serverOptions(config, config.databaseUrl.value)
-      // Statements that run too long are cancelled, and a connection that goes silent (a frozen
-      // host, a dead link: no error ever arrives) is closed, so a request ends in 503 and the
-      // pool reconnects instead of waiting until TCP gives up, many minutes later. PostgreSQL ends
-      // a transaction left waiting as long: a COMMIT held up on a stalled link until after the 503
-      // finds it rolled back, and a frozen node's transactions do not keep their row locks.
+      // Long statements are cancelled and silent connections closed, so a request ends in 503 rather than
+      // waiting for TCP, and a frozen node's transactions do not keep their row locks (ADR 0011).
       const pool = yield* acquirePool({
         ...server,
         max: POOL_SIZE,
@@ -113,9 +110,8 @@ const ClientLive = Layer.unwrapEffect(Effect.map(DatabasePool, ({ pool }) => cli
 export const SetupClientLive = Layer.unwrapEffect(Effect.map(DatabasePool, ({ setupPool }) => clientLayer(setupPool)))
 
 /**
- * A client of its own `connections` for short statements that reach their rows by key (the writer,
- * the counters): each statement bounded by `timeouts`, always through its indexes (ADR 0006). On the
- * embedded database, the node's client with no pool of its own.
+ * A client with its own `connections` for short keyed statements (writer, counters), each bounded by
+ * `timeouts` (ADR 0006); on the embedded database, the node's client.
  */
 export const boundedClient = (
   connections: number,

@@ -2,9 +2,8 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
 /**
- * Drops those of the named indexes that a failed `CREATE INDEX CONCURRENTLY` left invalid (PostgreSQL
- * keeps them, unused but maintained), so that a migration's `CREATE INDEX IF NOT EXISTS` builds them
- * again instead of taking them as built.
+ * Drops the named indexes a failed `CREATE INDEX CONCURRENTLY` left invalid, so that a migration's
+ * `CREATE INDEX IF NOT EXISTS` builds them again instead of taking them as built.
  */
 export const dropInvalidIndexes = (names: ReadonlyArray<string>) =>
   Effect.flatMap(SqlClient.SqlClient, (sql) =>

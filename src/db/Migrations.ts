@@ -31,9 +31,8 @@ export const migrations = {
 } as const
 
 /**
- * Applies pending migrations at start. PgMigrator locks its table while it migrates, but creates
- * that table unguarded: nodes starting together take turns under the setup lock. Migrations run on
- * the setup pool, so a long one is not cancelled by the statement timeout.
+ * Applies pending migrations at start. PgMigrator creates its table unguarded, so starting nodes take
+ * turns under the setup lock; the setup pool keeps a long migration clear of the statement timeout.
  */
 export const MigrationsLive = oneNodeAtATime(PgMigrator.layer({
   loader: PgMigrator.fromRecord(migrations)

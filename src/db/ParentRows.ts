@@ -6,9 +6,8 @@ import { ChannelId, ChannelStatus } from "../domain/Channel.js"
 import { TenantId } from "../domain/Tenant.js"
 
 /**
- * The tenant a create was about to write for no longer exists (deleted after the request was
- * authenticated), or, for a change made with the tenant's own key, was deactivated meanwhile, which
- * blocks its keys. Internal: each API answers it as it answers a request for such a tenant.
+ * The tenant a create was about to write for is gone, or (with its own key) was deactivated meanwhile.
+ * Internal: each API answers it as for such a tenant.
  */
 export class TenantGone extends Data.TaggedError("TenantGone")<{ readonly tenantId: TenantId }> {}
 

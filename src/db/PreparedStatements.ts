@@ -20,9 +20,8 @@ export class PreparingClient extends Pg.Client {}
 const READ_TIMEOUT = "Query read timeout"
 
 /**
- * A connection whose statement went unanswered still runs it, and would run the next one only after
- * it: closed, so that its pool drops it instead of handing it out again (a later write would wait
- * behind a stalled one, and its outcome could not be known either).
+ * A connection whose statement went unanswered still runs it and would queue the next behind it, so it
+ * is closed and its pool drops it.
  */
 const closingAfterReadTimeout = (client: Pg.Client, callback: unknown) =>
   typeof callback !== "function" ? callback : (error: unknown, result: unknown) => {

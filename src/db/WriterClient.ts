@@ -7,24 +7,21 @@ import type { MeasuredPool } from "./MeasuredPool.js"
 export const WRITER_CONNECTIONS = 2
 
 /**
- * A write waits this long for a connection; PostgreSQL cancels its statement after
- * `WRITE_STATEMENT_TIMEOUT_MS`, and the writer stops waiting for the answer after
- * `WRITE_QUERY_TIMEOUT_MS` (the write's whole budget: WriteTimings).
+ * A write's wait for a connection, its statement's server-side timeout and the writer's wait for the
+ * answer (the write's whole budget: WriteTimings).
  */
 export const WRITE_CONNECT_TIMEOUT_MS = 2_000
 const WRITE_STATEMENT_TIMEOUT_MS = 2_000
 export const WRITE_QUERY_TIMEOUT_MS = WRITE_STATEMENT_TIMEOUT_MS + 1_000
 /**
- * How long a write waits for a row another session holds (a delete cascading to its conversation, a
- * write of another owner): under `WRITE_STATEMENT_TIMEOUT_MS`, so such a wait fails its batch
- * statement (55P03) in time for the batch's other groups to be written alone.
+ * A write's wait for a row another session holds, under the statement timeout so that the failed batch
+ * (55P03) leaves time for its other groups to be written alone.
  */
 const WRITE_LOCK_TIMEOUT_MS = 1_000
 
 /**
- * The activity writer's connections, apart from the node's pool: each statement bounded by the write
- * timings, reaching its rows by index (`boundedClient`). On the embedded database `client` is the
- * node's and `pool` is absent.
+ * The activity writer's connections, apart from the node's pool, each statement bounded by the write
+ * timings; on the embedded database `client` is the node's and `pool` is absent.
  */
 export class WriterClient extends Context.Tag("parley/WriterClient")<
   WriterClient,
