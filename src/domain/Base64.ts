@@ -1,7 +1,6 @@
 /**
- * The bytes of unpadded URL-safe Base64, or undefined when `text` is not exactly their encoding.
- * Node's decoder skips characters outside the alphabet and drops ones that make no whole byte, so
- * a value with a stray or lost character would otherwise read as another one.
+ * The bytes of unpadded URL-safe Base64, or undefined unless `text` is exactly their encoding: Node's
+ * decoder skips stray characters and partial bytes, so a damaged value would read as another one.
  */
 export const decodeExactBase64Url = (text: string): Buffer | undefined => {
   const bytes = Buffer.from(text, "base64url")

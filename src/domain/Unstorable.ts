@@ -20,9 +20,8 @@ export interface Unstorable {
 const at = (step: string | number, inner: Unstorable): Unstorable => ({ path: [step, ...inner.path], problem: inner.problem })
 
 /**
- * The first value in a JSON document that would not be stored as sent: a string (or key) with
- * U+0000 or an unpaired surrogate (PostgreSQL stores neither), a number beyond double precision, or
- * a `__proto__` key. Undefined when there is none.
+ * The first value in a JSON document that would not be stored as sent (U+0000 or an unpaired surrogate,
+ * a number beyond double precision, a `__proto__` key), or undefined.
  */
 export const findUnstorable = (value: unknown): Unstorable | undefined => {
   if (typeof value === "string") return UNSTORABLE_TEXT.test(value) ? { path: [], problem: UNSTORABLE_PROBLEM } : undefined

@@ -7,9 +7,8 @@ export const etagOf = (representation: unknown): string =>
   `"${createHash("sha256").update(JSON.stringify(representation)).digest("base64url").slice(0, 27)}"`
 
 /**
- * Checks `If-Match` against the current ETag: absent matches (unconditional), `*` always matches,
- * otherwise one of the listed tags must equal it. The comparison is strong (RFC 9110): a weak tag
- * (`W/"…"`) never matches.
+ * Checks `If-Match` against the current ETag: absent or `*` matches, else one listed tag must equal it,
+ * compared strongly (RFC 9110), so a weak tag never matches.
  */
 export const checkIfMatch = (ifMatch: Option.Option<string>, current: string) =>
   Option.match(ifMatch, {

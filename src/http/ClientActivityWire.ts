@@ -25,9 +25,8 @@ export type ClientActivityBody = typeof ClientActivityBody.Type
 const absent = (value: unknown) => value === undefined || value === null
 
 /**
- * The client body in the stored field names the activity rules read. The sender is `from.id`, else
- * the token's user, else the rules' default (`user`); `metadata` stands for `channelData` only when
- * that is absent. A `from` that is not an object is refused on `sender`, where the rules report it.
+ * The client body in the stored field names the activity rules read. A `from` that is not an object is
+ * refused on `sender`, where the rules report it.
  */
 export const activityInputOf = (body: ClientActivityBody, userId: string | null): Either.Either<ActivityInput, InvalidMessage> => {
   const from = body.from

@@ -14,9 +14,8 @@ import {
 import { envelope } from "./ErrorEnvelope.js"
 
 /**
- * `Authorization: Bearer <client token>` on the client API's conversation routes: provides the
- * token's `CurrentClient`. Routes then apply the "Token kinds" and "Permissions" rules with the
- * helpers of `ClientAccess` (`requirePermission`, `requireConversationBinding`, ...).
+ * `Authorization: Bearer <client token>` on the client API's conversation routes: provides `CurrentClient`;
+ * routes apply the token-kind and permission rules with `ClientAccess`'s helpers.
  */
 export class ClientAuth extends HttpApiMiddleware.Tag<ClientAuth>()("parley/ClientAuth", {
   failure: Schema.Union(

@@ -24,9 +24,8 @@ import { streamUrl } from "./PublicUrl.js"
 const scopeOf = (client: ClientPrincipal): ConversationScope => ({ tenantId: client.tenantId, channelId: client.channelId })
 
 /**
- * The "Token kinds" and "Permissions" rules for a route on one conversation: a bound token only on
- * its own (403 `forbidden`), then the permission; a conversation of another channel is then 404 where
- * the route looks it up.
+ * The token-kind and permission rules on one conversation: a bound token only on its own (403), then the
+ * permission; another channel's conversation is a 404 where the route looks it up.
  */
 const onConversation = (id: ConversationId, permission: Permission) =>
   Effect.zipRight(requireConversationBinding(id), requirePermission(permission))

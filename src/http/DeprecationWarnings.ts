@@ -7,9 +7,8 @@ const WARNING_INTERVAL_MS = 60_000
 export const MAX_REMEMBERED = 10_000
 
 /**
- * The warning an authenticated use of a deprecated surface logs, at most once a minute per channel
- * (per surface for a caller without one): a client polling with its channel token must not be able
- * to flood the log, and a refused one logs nothing.
+ * The warning an authenticated use of a deprecated surface logs, at most once a minute per channel, so a
+ * polling client cannot flood the log; a refused use logs nothing.
  */
 export class DeprecationWarnings extends Effect.Service<DeprecationWarnings>()("parley/DeprecationWarnings", {
   sync: () => {

@@ -17,9 +17,8 @@ import { RouteTable } from "./RouteTable.js"
 import { ATTACHMENT_PATH } from "./UploadRoutes.js"
 
 /**
- * The deprecated create maps every bad body to 401 (server-apis.md), one over the limit too. It is
- * answered before the body is read, as the 413 is: answered late, after the server stopped
- * reading, the client may see its connection reset before it reads the answer.
+ * The deprecated create answers an oversized body 401 (server-apis.md), before reading it: answered
+ * after the server stopped reading, the client may see a reset instead.
  */
 const legacyBodyTooLarge = (requestId: string) =>
   HttpServerResponse.setHeader(
@@ -65,9 +64,8 @@ const usesDeprecatedSurface = (request: HttpServerRequest.HttpServerRequest, tem
   legacyRoutes.some((route) => route.method === request.method && route.path === template)
 
 /**
- * The edge of every HTTP request: request id, CORS of the client API, content negotiation, body
- * limits, the error envelope for everything that is not a success, deprecation marks, metrics and
- * one access log line.
+ * The edge of every HTTP request: request id, client CORS, content negotiation, body limits, the error
+ * envelope, deprecation marks, metrics and one access log line.
  */
 export const EdgeMiddleware = HttpLayerRouter.middleware(
   Effect.gen(function*() {

@@ -16,9 +16,8 @@ export const acceptsJson = (accept: string | undefined) => {
 }
 
 /**
- * Whether a body's content type is JSON: `application/json` with any parameters (a charset), or
- * none given. Other types naming JSON somewhere (`application/json-patch+json`, a parameter) are not,
- * nor parameters without a media type (`; charset=utf-8`): HttpApi would read that body as bytes.
+ * Whether a body's content type is JSON: `application/json` with any parameters, or none. Anything else
+ * (`application/json-patch+json`, a bare `; charset=utf-8`) HttpApi would read as bytes.
  */
 export const isJsonContentType = (contentType: string | undefined) => {
   if (contentType === undefined || contentType.trim() === "") return true

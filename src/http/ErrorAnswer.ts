@@ -64,9 +64,8 @@ const wireErrorOf = (failure: unknown, allowedMethods: ReadonlyArray<string>): W
     : undefined
 
 /**
- * The answer to a failed request, on the router's way or the lean append route's: the envelope of
- * a typed error, or a logged 500 `internal` that reveals nothing. `allowedMethods` are those the
- * URL takes when no route matched it (405 rather than 404).
+ * The answer to a failed request on either way in: a typed error's envelope, or a logged 500 `internal`.
+ * `allowedMethods` turn an unmatched URL's 404 into a 405.
  */
 export const answerForCause = (
   cause: Cause.Cause<unknown>,

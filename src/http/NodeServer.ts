@@ -6,9 +6,8 @@ import { envelopeBody } from "./ErrorEnvelope.js"
 import { requestIdFrom } from "./RequestId.js"
 
 /**
- * A request whose body is abandoned rather than destroyed. The platform stops reading a body over
- * its size limit by destroying the request, and destroying an unfinished request destroys the
- * socket, so the 413 the edge builds would never reach the client (it sees a reset instead).
+ * A request whose body is abandoned rather than destroyed: destroying an unfinished request destroys its
+ * socket, and the client would see a reset instead of the edge's 413.
  */
 export class AbandonableRequest extends IncomingMessage {
   abandoned = false
@@ -34,9 +33,8 @@ const clientErrorAnswer = (code: string | undefined) =>
 type UnroutedAnswer = (route: "unparsed" | "stopping", method: string, status: number) => void
 
 /**
- * A request the HTTP parser refused (a control character in a header, a malformed line) gets the
- * error envelope like every other error, instead of Node's bare status line; then the connection
- * closes, since the rest of its bytes cannot be trusted.
+ * A request the HTTP parser refused gets the error envelope rather than Node's bare status line; then
+ * the connection closes, as the rest of its bytes cannot be trusted.
  */
 const answerClientError = (answered: UnroutedAnswer) => (error: Error & { readonly code?: string }, socket: Duplex) => {
   if (error.code === "ECONNRESET" || !socket.writable) return socket.destroy()
@@ -85,9 +83,8 @@ const answerUnrouted = (request: AbandonableRequest, response: ServerResponse, a
 }
 
 /**
- * The answer to a request that arrives after the router let go of the server while it stops: the
- * platform detaches its handler before it closes the listener, and a request accepted in between
- * would otherwise wait, unanswered, until the process exits.
+ * Answers a request that arrives while the server stops: the platform detaches its handler before
+ * closing the listener, and such a request would otherwise wait until the process exits.
  */
 const answerStopping = (request: AbandonableRequest, response: ServerResponse, answered: UnroutedAnswer) => {
   answerUnrouted(request, response, (requestId) =>

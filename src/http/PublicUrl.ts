@@ -20,9 +20,8 @@ const originOf = (request: HttpServerRequest.HttpServerRequest, trustedProxies: 
 })
 
 /**
- * The `streamUrl` of a conversation (client-api.md `POST /conversations`): the client socket on the
- * host and port the request named, `wss` for HTTPS requests, with the token, the conversation and
- * (reconnect) the caller's watermark in the query string, each percent-encoded so it reads back as sent.
+ * The `streamUrl` of a conversation: the client socket on the host the request named (`wss` for HTTPS),
+ * its query percent-encoded so token, conversation and watermark read back as sent.
  */
 export const streamUrl = (
   request: HttpServerRequest.HttpServerRequest,

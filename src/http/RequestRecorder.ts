@@ -5,9 +5,8 @@ import { Metrics } from "../ops/Metrics.js"
 type RecordRequest = (requestId: string, method: string, route: string, status: number, started: number) => Effect.Effect<void>
 
 /**
- * What every answered request leaves behind, on the router's way and the lean append route's
- * alike: its count and duration (since `started`, from `performance.now()`) under its route
- * template, recorded when called, and the access log line the returned effect writes at debug.
+ * Records every answered request, on either way in: count and duration under its route template when
+ * called, and the access log line the returned effect writes at debug.
  */
 export const requestRecorder: Effect.Effect<RecordRequest, never, Metrics> = Effect.map(
   Effect.zip(Metrics, logsAtDebug),

@@ -1,9 +1,8 @@
 import { type Duration, Effect, Fiber, Ref, Schedule, Scope } from "effect"
 
 /**
- * Runs the node's periodic background loops (ADR 0020), each a fiber of the scope that starts it. A
- * failing run is logged and retried at the next tick; a loop whose fiber stops before its scope
- * closes is logged by name and makes `isRunning` false for good, which readiness reports as `oban`.
+ * Runs the node's periodic background loops (ADR 0020). A failing run is retried next tick; a loop that
+ * stops early is logged and makes `isRunning` false for good (readiness: `oban`).
  */
 export class JobRunner extends Effect.Service<JobRunner>()("parley/JobRunner", {
   effect: Effect.gen(function*() {

@@ -44,8 +44,7 @@ const PARAMETERS: { readonly [T in TransformationType]: Readonly<Record<string, 
 }
 
 /**
- * Checks one step: `type` against the middleware of CONTRACT.md §8, then that middleware's
- * parameters, reporting at `type` or the parameter's name. Returns the step as stored: `type` and
+ * Checks one step's `type` (CONTRACT.md §8) and then its parameters; returns the step as stored, with
  * its known parameters only.
  */
 const validateTransformation = (step: Transformation, report: Report): Transformation => {

@@ -37,9 +37,8 @@ const LOOKUP_TIMEOUT_MS = 5_000
 const LOOKUP_BATCH_MAX = 256
 
 /**
- * How long a lookup's answer stands in for the next ones of a write that checks the key itself: a
- * little over the minute after which `last_used_at` is stale, so that the lookup ending each
- * period finds it stale and marks it (a key in steady use is marked about every 65 s).
+ * How long a lookup's answer stands in for a write that checks the key itself: just over the minute
+ * after which `last_used_at` is stale, so a key in steady use is still marked (ADR 0015).
  */
 const RECENT_KEY_MS = 65_000
 /** Keys remembered at the most (the oldest go first); about 200 bytes each. */
@@ -135,9 +134,8 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
       })
 
     /**
-     * The key a lookup of this node found valid less than `RECENT_KEY_MS` ago, without asking the
-     * database. Only for a write that checks the key again where it commits: the key may have
-     * been revoked, have expired or lost its tenant since.
+     * The key a lookup here found valid within `RECENT_KEY_MS`, without the database. Only for a write that
+     * checks the key again where it commits: it may have been revoked since.
      */
     const recentlyValid = (raw: string): AuthenticatedKey | undefined => {
       if (!looksLike("apiKey", raw)) return undefined
@@ -220,9 +218,8 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
       })
 
     /**
-     * Locks the issuing key and the keys above it until the transaction ends, top first as a revoke
-     * locks them, so that a revoke of any of them waits for the issue or the issue for the revoke.
-     * Returns `expiresAt` capped at the issuer's expiry; `IssuerGone` when the issuer is not valid now.
+     * Locks the issuer and the keys above it, top first as a revoke does, so issue and revoke serialise;
+     * caps `expiresAt` at the issuer's, `IssuerGone` when it is not valid now (ADR 0016).
      */
     const lockIssuer = (tenantId: TenantId, keyId: string, expiresAt: string | null) =>
       Effect.gen(function*() {
@@ -241,9 +238,8 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
       })
 
     /**
-     * Issues a scoped key. A key may only issue keys whose scopes it holds (403 `insufficient_scope`),
-     * and none that outlives it: a later or no `expires_at` is capped at the issuer's. `TenantGone`
-     * when the tenant was deleted meanwhile, `IssuerGone` when the issuer was revoked meanwhile.
+     * Issues a scoped key with only scopes the issuer holds (403 `insufficient_scope`), never outliving it.
+     * `TenantGone` or `IssuerGone` when either went meanwhile.
      */
     const issue = (tenantId: TenantId, input: ApiKeyInput, issuer: KeyIssuer, actor: Actor) =>
       Effect.gen(function*() {
@@ -317,9 +313,8 @@ export class ApiKeys extends Effect.Service<ApiKeys>()("parley/ApiKeys", {
       }).pipe(inTransaction(sql), orUnavailable)
 
     /**
-     * Replaces the primary key: the new one is returned once; the old one keeps working for
-     * `graceSeconds` (at once revoked when 0). Scoped keys are unaffected. Runs in the caller's
-     * transaction.
+     * Replaces the primary key, returning the new one once; the old one works for `graceSeconds` (0
+     * revokes it at once). Runs in the caller's transaction.
      */
     const rotatePrimary = (tenantId: TenantId, graceSeconds: number, actor: Actor) =>
       Effect.gen(function*() {

@@ -170,9 +170,8 @@ export class PortalUsers extends Effect.Service<PortalUsers>()("parley/PortalUse
     const get = (tenantId: TenantId, id: string) => load(tenantId, id, false).pipe(orUnavailable)
 
     /**
-     * Sets the sent fields (PUT and PATCH alike; a change has no `password`). An unknown user is 404, then
-     * a stale `If-Match` 412, then an invalid body 422: preconditions come before the content (RFC 9110).
-     * Turning a user `inactive` ends its sessions in the same transaction.
+     * Sets the sent fields (PUT and PATCH alike): 404, then 412, then 422 (RFC 9110). Turning a user
+     * `inactive` ends its sessions in the same transaction.
      */
     const update = (tenantId: TenantId, id: string, input: UserChange, ifMatch: Option.Option<string>, actor: Actor) =>
       Effect.gen(function*() {

@@ -23,9 +23,8 @@ const strictUtf8 = new TextDecoder("utf-8", { fatal: true })
 const isUtf8 = (bytes: Uint8Array) => Either.isRight(Either.try(() => strictUtf8.decode(bytes)))
 
 /**
- * The content type of a file judged from its bytes alone (never from its name or the type the
- * client sent): a signature `file-type` knows, else `text/plain` for strict UTF-8, else
- * `application/octet-stream`.
+ * A file's content type from its bytes alone, never its name or sent type: a `file-type` signature,
+ * else `text/plain` for strict UTF-8, else `application/octet-stream`.
  */
 export const sniffUploadType = (bytes: Uint8Array): Effect.Effect<string> =>
   Effect.tryPromise({
