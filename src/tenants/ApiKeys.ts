@@ -41,7 +41,7 @@ const LOOKUP_BATCH_MAX = 256
  * after which `last_used_at` is stale, so a key in steady use is still marked (ADR 0015).
  */
 const RECENT_KEY_MS = 65_000
-/** Keys remembered at the most (the oldest go first); about 200 bytes each. */
+/** Keys remembered at the most, the oldest going first (ADR 0015). */
 const MAX_RECENT_KEYS = 10_000
 
 const isScope = (s: string): s is Scope => (allScopes as ReadonlyArray<string>).includes(s)
