@@ -13,8 +13,8 @@ const BLOBS = 20
 const CHUNKS_PER_RUN = 200
 
 /**
- * Purges what deleted conversations left behind, one chunk per statement (ADR 0008). A conversation is
- * dequeued only once a chunk that was not all files leaves it empty.
+ * Purges what deleted conversations left behind, one chunk per statement (ADR 0008). A chunk dequeues
+ * the conversations it emptied: its last only when the chunk was short, none when its files hit `BLOBS`.
  */
 export class ConversationPurge extends Effect.Service<ConversationPurge>()("parley/ConversationPurge", {
   effect: Effect.gen(function*() {
