@@ -51,8 +51,8 @@ const LATE_READ_MS = 1000
 const NO_IDS: ReadonlySet<string> = new Set()
 
 /**
- * The logic of one conversation on its shard's owner: an inbox, one round at a time, each written as
- * one group; the head moves only after commit, and a conflict reloads and retries (ADR 0004).
+ * The logic of one conversation on its shard's owner, a round at a time, each one group (ADR 0004).
+ * Once `isOwned` is false it answers `Moved`; a load that finds no conversation calls `onMissing`.
  */
 export const makeConversationCore = (conversationId: ConversationId, isOwned: () => boolean, onMissing: () => void) =>
   Effect.gen(function*() {
