@@ -63,10 +63,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("OpenAPI document", (it) =>
       ]) expect(Object.keys(doc.paths), path).toContain(path)
       // Branded ids decode to their lower-case form; the document still shows what a client sends: a UUID.
       const uuid = { type: "string", format: "uuid" }
-      const schemaOf = (schema: unknown) => {
-        const ref = (schema as { $ref?: string }).$ref?.match(/#\/components\/schemas\/(\w+)/)?.[1]
-        return ref === undefined ? schema : doc.components.schemas[ref]
-      }
+      const schemaOf = (schema: unknown) => resolve(doc as Document, schema)
       for (const path of ["/api/v1/conversations/{id}", "/api/v1/admin/tenants/{id}", "/api/v1/manage/channels/{id}"]) {
         const get = doc.paths[path]!["get"] as unknown as { parameters: ReadonlyArray<{ name: string; in: string; schema: unknown }> }
         const id = get.parameters.find((p) => p.in === "path" && p.name === "id")
