@@ -35,11 +35,12 @@ import { DeprecationWarnings } from "./DeprecationWarnings.js"
 import { LegacyRoutes, legacyRoutes } from "./LegacyRoutes.js"
 import { Metrics } from "../ops/Metrics.js"
 import { createNodeServer, type RequestClaim } from "./NodeServer.js"
+import { OpenApiRoute, openApiRoutes } from "./OpenApiRoute.js"
 import { ParleyApi } from "./ParleyApi.js"
-import { RouteTableLive, routesOf } from "./RouteTable.js"
+import { type RouteSpec, RouteTableLive, routesOf } from "./RouteTable.js"
 import { UploadRoutes, uploadRoutes } from "./UploadRoutes.js"
 
-const ApiRoutes = HttpLayerRouter.addHttpApi(ParleyApi, { openapiPath: "/api/v1/openapi.json" }).pipe(
+const ApiRoutes = HttpLayerRouter.addHttpApi(ParleyApi).pipe(
   Layer.provide(Layer.mergeAll(
     AdminHandlers,
     SettingsHandlers,
@@ -74,16 +75,19 @@ const DrainLive = Layer.scopedDiscard(
   })
 )
 
+/** Every route the node serves, as its route table knows them. */
+export const nodeRoutes: ReadonlyArray<RouteSpec> = [
+  ...routesOf(ParleyApi),
+  ...openApiRoutes,
+  ...legacyRoutes,
+  ...opsRoutes,
+  ...deprecationsRoutes,
+  ...uploadRoutes
+]
+
 /** Every route of the node behind the edge middleware. */
-const AppRoutes = Layer.mergeAll(ApiRoutes, LegacyRoutes, OpsRoutes, DeprecationsPage, UploadRoutes, EdgeMiddleware).pipe(
-  Layer.provide(RouteTableLive([
-    ...routesOf(ParleyApi),
-    { method: "GET", path: "/api/v1/openapi.json" },
-    ...legacyRoutes,
-    ...opsRoutes,
-    ...deprecationsRoutes,
-    ...uploadRoutes
-  ]))
+const AppRoutes = Layer.mergeAll(ApiRoutes, LegacyRoutes, OpsRoutes, DeprecationsPage, UploadRoutes, OpenApiRoute, EdgeMiddleware).pipe(
+  Layer.provide(RouteTableLive(nodeRoutes))
 )
 
 /** Services the routes call per request. */

@@ -12,7 +12,7 @@ import { PublishableKeysApi } from "./PublishableKeysApi.js"
 import { ClientTokensApi } from "./ClientTokensApi.js"
 import { ClientConversationsApi } from "./ClientConversationsApi.js"
 
-/** Every REST family served through HttpApi; its OpenAPI document is `GET /api/v1/openapi.json`. */
+/** Every REST family served through HttpApi; `OpenApiRoute` serves its OpenAPI document. */
 export class ParleyApi extends HttpApi.make("parley")
   .add(AdminApi)
   .add(SettingsApi)
