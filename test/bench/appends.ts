@@ -1033,6 +1033,8 @@ process.on("exit", () => {
 })
 
 main().catch((error: unknown) => {
+  // An interrupted run has said so, and exits once its servers are stopped.
+  if (interruptedBy !== undefined) return
   console.error(error instanceof Error ? error.message : error)
   process.exitCode = 1
 })
