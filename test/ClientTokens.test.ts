@@ -3,6 +3,7 @@ import { Effect } from "effect"
 import { SignJWT } from "jose"
 import { expectError } from "./support/Envelope.js"
 import { claimsOf, chat, createPublishableKey, generateToken, ORIGIN, randomIp, tenantWithChannel } from "./support/ClientApi.js"
+import { eventually } from "./support/Eventually.js"
 import { insertChannel } from "./support/Fixtures.js"
 import { query } from "./support/TestDatabase.js"
 import { createTenant, manage, TestNodeLive } from "./support/TestNode.js"
@@ -361,6 +362,22 @@ layer(
         expectError(yield* refresh(refreshed.body.token), 429, "rate_limited", { retry_after_ms: expect.any(Number) })
       }))
   })
+
+  it.effect("a channel disabled while its tokens are in use refuses them within a second (403 channel_inactive)", () =>
+    Effect.gen(function*() {
+      const { channel } = yield* tenantWithChannel
+      const opened = yield* chat("POST", "/conversations", { bearer: yield* generateToken(channel.secret), body: {} })
+      expect(opened.status).toBe(201)
+      const post = chat("POST", `/conversations/${opened.body.conversationId}/activities`, {
+        bearer: opened.body.token,
+        body: { type: "message", text: "hi" }
+      })
+      expect((yield* post).status).toBe(200)
+      yield* deactivateChannel(channel.id)
+      // The node may answer from the status it read up to a second before; a few seconds bound it under load.
+      const refused = yield* eventually(post, (reply) => reply.status !== 200, { within: "3 seconds", what: "the append still accepted" })
+      expectError(refused, 403, "channel_inactive")
+    }))
 
   it.effect("a tenant made inactive takes its tokens with it (401)", () =>
     Effect.gen(function*() {

@@ -19,6 +19,7 @@ import { RateLimiter } from "../ratelimit/RateLimiter.js"
 import { type ClientPrincipal, principalOf } from "./ClientAccess.js"
 import type { ChannelOfSecret } from "./ChannelTokens.js"
 import type { TenantId } from "../domain/Tenant.js"
+import { makeRecentAnswers } from "./RecentAnswers.js"
 import { TokenRevocations } from "./TokenRevocations.js"
 import { TokenSigner } from "./TokenSigner.js"
 
@@ -36,6 +37,11 @@ export interface GenerateRequest {
 }
 
 const ChannelState = Schema.Struct({ status: Schema.String, tenant_status: Schema.String })
+
+/** How long a node trusts a channel's status it read: a deactivation is in force on every node within it. */
+const CHANNEL_STATUS_MAX_AGE_MS = 1000
+/** Channels whose status a node remembers at the most (the least recently used goes first). */
+const MAX_REMEMBERED_CHANNELS = 10_000
 
 const revoked = () => new TokenRevoked({ message: "the token has been revoked" })
 
@@ -68,16 +74,33 @@ export class ClientTokens extends Effect.Service<ClientTokens>()("parley/ClientT
             WHERE c.id = ${channelId} AND c.tenant_id = ${tenantId}`
     })
 
+    // Read once a second per channel, not on every request (docs/api-notes.md "Client API").
+    const channelStatuses = makeRecentAnswers<Option.Option<typeof ChannelState.Type>>({
+      maxEntries: MAX_REMEMBERED_CHANNELS,
+      maxAgeMs: CHANNEL_STATUS_MAX_AGE_MS
+    })
+
+    const statusOf = (claims: ClientTokenClaims) =>
+      Effect.suspend(() => {
+        const key = `${claims.tid}/${claims.cid}`
+        const startedAt = performance.now()
+        const remembered = channelStatuses.get(key, startedAt)
+        return remembered !== undefined ? Effect.succeed(remembered) : channelState({ tenantId: claims.tid, channelId: claims.cid }).pipe(
+          orUnavailable,
+          Effect.tap((state) => Effect.sync(() => channelStatuses.remember(key, state, startedAt)))
+        )
+      })
+
     /** 401 when the token's channel or tenant is gone or inactive, 403 `channel_inactive` for its disabled channel. */
     const requireUsableChannel = (claims: ClientTokenClaims) =>
-      Effect.gen(function*() {
-        const state = yield* channelState({ tenantId: claims.tid, channelId: claims.cid }).pipe(orUnavailable)
-        if (Option.isNone(state)) return yield* new Unauthorized({ message: "the channel of this token no longer exists" })
-        if (state.value.tenant_status !== "active") return yield* new Unauthorized({ message: "the tenant of this token is inactive" })
-        if (state.value.status !== "active") {
-          return yield* new CredentialChannelInactive({ message: "the channel of this token is inactive" })
-        }
-      })
+      Effect.flatMap(statusOf(claims), (state): Effect.Effect<void, Unauthorized | CredentialChannelInactive> =>
+        Option.isNone(state)
+          ? Effect.fail(new Unauthorized({ message: "the channel of this token no longer exists" }))
+          : state.value.tenant_status !== "active"
+          ? Effect.fail(new Unauthorized({ message: "the tenant of this token is inactive" }))
+          : state.value.status !== "active"
+          ? Effect.fail(new CredentialChannelInactive({ message: "the channel of this token is inactive" }))
+          : Effect.void)
 
     const issue = (grant: ClientTokenGrant, ttlSeconds: number, notAfter?: number) =>
       Effect.map(signer.sign(grant, ttlSeconds, notAfter), (token): IssuedToken => {

@@ -24,6 +24,13 @@ import { streamUrl } from "./PublicUrl.js"
 const scopeOf = (client: ClientPrincipal): ConversationScope => ({ tenantId: client.tenantId, channelId: client.channelId })
 
 /**
+ * Where a client appends. A token bound to the conversation was derived for it on its channel, and a
+ * conversation never changes channel: the tenant scope suffices, sparing the append its look-up first.
+ */
+const appendScopeOf = (client: ClientPrincipal, id: ConversationId): ConversationScope =>
+  client.conversationId === id ? { tenantId: client.tenantId, channelId: null } : scopeOf(client)
+
+/**
  * The token-kind and permission rules on one conversation: a bound token only on its own (403), then the
  * permission; another channel's conversation is a 404 where the route looks it up.
  */
@@ -140,7 +147,7 @@ export const ClientConversationsHandlers = HttpApiBuilder.group(ParleyApi, "clie
           const input = activityInputOf(payload, client.userId)
           if (Either.isLeft(input)) return yield* input.left
           const arrivedAt = (yield* RequestArrival) ?? Date.now()
-          const stored = yield* post(scopeOf(client), path.id, input.right, headers["x-idempotency-key"], arrivedAt)
+          const stored = yield* post(appendScopeOf(client, path.id), path.id, input.right, headers["x-idempotency-key"], arrivedAt)
           return { id: stored.id }
         }))
       .handle("listActivities", ({ path, urlParams }) =>
