@@ -17,13 +17,13 @@ import { ConversationId } from "../domain/Conversation.js"
 import { ActivityFrame, ClientActivity, ClientActivityBody } from "./ClientActivityWire.js"
 import { ClientAuth } from "./ClientAuth.js"
 import { ConversationListItem } from "./ConversationListItem.js"
+import { ConversationPath, statusChange } from "./ConversationEndpoints.js"
 import { envelope } from "./ErrorEnvelope.js"
 import { optionalBody } from "./OptionalBody.js"
 
 /** client-api.md "Size and paging limits": a conversation `title`. */
 const MAX_TITLE_BYTES = 200
 
-const ConversationPath = Schema.Struct({ id: ConversationId })
 
 export const CreateConversationBody = optionalBody({
   title: Schema.optional(
@@ -54,11 +54,8 @@ const ConversationSession = Schema.Struct({
   streamUrl: Schema.String
 })
 
-const status = <const Name extends string>(name: Name, action: "close" | "reopen") =>
-  HttpApiEndpoint.post(name, `/conversations/:id/${action}`)
-    .setPath(ConversationPath)
-    .addSuccess(Schema.Struct({ conversationId: ConversationId, status: Schema.Literal("active", "closed") }))
-    .addError(envelope(OutcomeUnknown))
+/** The answer to a close or reopen: the conversation and its status now. */
+const ClosedOrReopened = Schema.Struct({ conversationId: ConversationId, status: Schema.Literal("active", "closed") })
 
 /** The conversation routes of the client API (client-api.md, `/api/v1/chat/conversations*`), Bearer client token. */
 export class ClientConversationsApi extends HttpApiGroup.make("clientConversations")
@@ -87,8 +84,8 @@ export class ClientConversationsApi extends HttpApiGroup.make("clientConversatio
       .setUrlParams(Schema.Struct({ watermark: Schema.optional(Schema.String) }))
       .addSuccess(ConversationSession)
   )
-  .add(status("close", "close"))
-  .add(status("reopen", "reopen"))
+  .add(statusChange("close", "close", ClosedOrReopened))
+  .add(statusChange("reopen", "reopen", ClosedOrReopened))
   .add(
     HttpApiEndpoint.post("postActivity", "/conversations/:id/activities")
       .setPath(ConversationPath)

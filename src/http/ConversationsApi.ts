@@ -13,11 +13,11 @@ import {
   RateLimited,
   Unavailable
 } from "../domain/ApiError.js"
-import { Conversation, ConversationId } from "../domain/Conversation.js"
+import { Conversation } from "../domain/Conversation.js"
 import { TenantAuth, TenantKeyAuth } from "./TenantAuth.js"
+import { ConversationPath, statusChange } from "./ConversationEndpoints.js"
 import { envelope } from "./ErrorEnvelope.js"
 
-const ConversationPath = Schema.Struct({ id: ConversationId })
 
 /** Every field is checked by the activity rules, so wrong types are 422 `invalid_message`. */
 export const ActivityBody = Schema.Struct({
@@ -37,17 +37,14 @@ const ActivityCreated = Schema.Struct({ data: Activity })
 const PageMeta = Schema.Struct({ next_cursor: Schema.NullOr(Schema.String), has_more: Schema.Boolean, limit: Schema.Int })
 const WatermarkMeta = Schema.Struct({ watermark: Schema.NullOr(Schema.Int), has_more: Schema.Boolean, limit: Schema.Int })
 
-const status = <const Name extends string>(name: Name, action: "close" | "reopen") =>
-  HttpApiEndpoint.post(name, `/conversations/:id/${action}`)
-    .setPath(ConversationPath)
-    .addSuccess(Schema.Struct({ data: Conversation }))
-    .addError(envelope(OutcomeUnknown))
+/** The answer to a close or reopen: the conversation as it is now. */
+const ConversationData = Schema.Struct({ data: Conversation })
 
 /** Conversation routes of the tenant API that take `x-api-key` or the deprecated `x-channel-token`. */
 export class ConversationsApi extends HttpApiGroup.make("conversations")
   .add(HttpApiEndpoint.get("get", "/conversations/:id").setPath(ConversationPath).addSuccess(Schema.Struct({ data: Conversation })))
-  .add(status("close", "close"))
-  .add(status("reopen", "reopen"))
+  .add(statusChange("close", "close", ConversationData))
+  .add(statusChange("reopen", "reopen", ConversationData))
   .add(
     HttpApiEndpoint.post("appendActivity", "/conversations/:id/activities")
       .setPath(ConversationPath)
