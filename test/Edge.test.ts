@@ -424,7 +424,7 @@ describe("node server", () => {
   it.effect("a request that arrives after the router let go is answered 503 draining, and the connection closes", () =>
     Effect.gen(function*() {
       const answered: Array<unknown> = []
-      const server = createNodeServer(() => false, (...answer) => answered.push(answer))
+      const server = createNodeServer(() => false, () => false, (...answer) => answered.push(answer))
       const port = yield* Effect.async<number>((resume) => {
         server.listen(0, "127.0.0.1", () => resume(Effect.succeed((server.address() as { port: number }).port)))
       })

@@ -313,6 +313,6 @@ export class ClientTokens extends Effect.Service<ClientTokens>()("parley/ClientT
         }))
       )
 
-    return { authenticate, limitChannel, generate, derive, legacy, refresh, revokeOwn, revokeForChannel, revokeUser, publishable } as const
+    return { authenticate, requireUsableChannel, limitChannel, generate, derive, legacy, refresh, revokeOwn, revokeForChannel, revokeUser, publishable } as const
   })
 }) {}

@@ -34,6 +34,8 @@ export class ConversationPurge extends Effect.Service<ConversationPurge>()("parl
           DELETE FROM deliveries d USING chunk WHERE d.activity_id = chunk.id
         ), activities_gone AS (
           DELETE FROM activities a USING chunk WHERE a.conversation_id = chunk.conversation_id AND a.seq = chunk.seq
+        ), read_positions_gone AS (
+          DELETE FROM read_positions r USING target WHERE r.conversation_id = target.conversation_id
         ), blobs_gone AS (
           DELETE FROM blobs b WHERE b.id IN (
             SELECT blob.id FROM target JOIN blobs blob ON blob.conversation_id = target.conversation_id LIMIT ${BLOBS}

@@ -14,6 +14,7 @@ import auditLogByTime from "../../migrations/0008_audit_log_by_time.js"
 import apiKeyIssuer from "../../migrations/0009_api_key_issuer.js"
 import clientTokens from "../../migrations/0010_client_tokens.js"
 import blobs from "../../migrations/0012_blobs.js"
+import readPositions from "../../migrations/0013_read_positions.js"
 
 /** Every shipped migration, by name; readiness reports any that is not applied. */
 export const migrations = {
@@ -27,7 +28,8 @@ export const migrations = {
   "0008_audit_log_by_time": auditLogByTime,
   "0009_api_key_issuer": apiKeyIssuer,
   "0010_client_tokens": clientTokens,
-  "0012_blobs": blobs
+  "0012_blobs": blobs,
+  "0013_read_positions": readPositions
 } as const
 
 /**

@@ -215,6 +215,25 @@ export class RateLimited extends Schema.TaggedError<RateLimited>()("RateLimited"
   }
 }
 
+/** A plain HTTP request to a socket endpoint (client-api.md "Sockets"). */
+export class UpgradeRequired extends Schema.TaggedError<UpgradeRequired>()("UpgradeRequired", {
+  message: Schema.String
+}, HttpApiSchema.annotations({ status: 426 })) implements WireError {
+  readonly code = "upgrade_required"
+  readonly wireDetails = null
+}
+
+/** No WebSocket subprotocol the client offered is one the endpoint speaks; `details.supported` lists them. */
+export class UnsupportedProtocol extends Schema.TaggedError<UnsupportedProtocol>()("UnsupportedProtocol", {
+  message: Schema.String,
+  supported: Schema.Array(Schema.String)
+}, HttpApiSchema.annotations({ status: 400 })) implements WireError {
+  readonly code = "unsupported_protocol"
+  get wireDetails() {
+    return { supported: this.supported }
+  }
+}
+
 /** Retry later; nothing was committed. */
 export class Unavailable extends Schema.TaggedError<Unavailable>()("Unavailable", {
   message: Schema.String,
@@ -243,7 +262,7 @@ export class OutcomeUnknown extends Schema.TaggedError<OutcomeUnknown>()("Outcom
 
 /** A 503's `retry_after_ms` is at least this, jittered up to twice that: refused clients do not all return at once. */
 const RETRY_AFTER_MS = 1000
-const jitteredRetryAfterMs = () => RETRY_AFTER_MS + Math.floor(Math.random() * RETRY_AFTER_MS)
+export const jitteredRetryAfterMs = () => RETRY_AFTER_MS + Math.floor(Math.random() * RETRY_AFTER_MS)
 
 /** 503 while a conversation moves between nodes (or its owner is lost): retry after about a second. */
 export const clusterUnavailable = () =>

@@ -39,6 +39,12 @@ import { OpenApiRoute, openApiRoutes } from "./OpenApiRoute.js"
 import { ParleyApi } from "./ParleyApi.js"
 import { type RouteSpec, RouteTableLive, routesOf } from "./RouteTable.js"
 import { UploadRoutes, uploadRoutes } from "./UploadRoutes.js"
+import { ReadPositions } from "../conversations/ReadPositions.js"
+import { LiveConnections } from "../realtime/LiveConnections.js"
+import { LocalSignalsLive } from "../realtime/LocalSignals.js"
+import { RealtimeMetrics } from "../realtime/RealtimeMetrics.js"
+import { SocketBindingsLive } from "../realtime/SocketBindingsLive.js"
+import { SocketEndpoints, SocketRoutes, socketRoutes } from "../realtime/SocketEndpoints.js"
 
 const ApiRoutes = HttpLayerRouter.addHttpApi(ParleyApi).pipe(
   Layer.provide(Layer.mergeAll(
@@ -58,18 +64,21 @@ const ApiRoutes = HttpLayerRouter.addHttpApi(ParleyApi).pipe(
 )
 
 /**
- * The start of the drain: readiness turns to `draining` (and long-lived connections are refused)
- * for `DRAIN_REFUSE_MS` while balancers notice. The routes must still be answering meanwhile, so
+ * The drain: readiness turns to `draining` (and new sockets and streams are refused) for
+ * `DRAIN_REFUSE_MS` while balancers notice; then open ones are ended in batches. The routes must still be answering meanwhile, so
  * this runs before the server stops handling requests (see `HttpLive`).
  */
 const DrainLive = Layer.scopedDiscard(
   Effect.gen(function*() {
     const lifecycle = yield* Lifecycle
     const config = yield* AppConfig
+    const live = yield* LiveConnections
     yield* Effect.addFinalizer(() =>
       lifecycle.startDrain.pipe(
         Effect.zipRight(Effect.logInfo("draining")),
-        Effect.zipRight(Effect.sleep(Duration.millis(config.drainRefuseMs)))
+        Effect.zipRight(Effect.sleep(Duration.millis(config.drainRefuseMs))),
+        // Then sockets and streams end in batches, while the server still answers their reconnects elsewhere.
+        Effect.zipRight(live.drain)
       )
     )
   })
@@ -82,11 +91,12 @@ export const nodeRoutes: ReadonlyArray<RouteSpec> = [
   ...legacyRoutes,
   ...opsRoutes,
   ...deprecationsRoutes,
-  ...uploadRoutes
+  ...uploadRoutes,
+  ...socketRoutes
 ]
 
 /** Every route of the node behind the edge middleware. */
-const AppRoutes = Layer.mergeAll(ApiRoutes, LegacyRoutes, OpsRoutes, DeprecationsPage, UploadRoutes, OpenApiRoute, EdgeMiddleware).pipe(
+const AppRoutes = Layer.mergeAll(ApiRoutes, LegacyRoutes, OpsRoutes, DeprecationsPage, UploadRoutes, SocketRoutes, OpenApiRoute, EdgeMiddleware).pipe(
   Layer.provide(RouteTableLive(nodeRoutes))
 )
 
@@ -107,6 +117,16 @@ const RouteServices = ClientTokens.Default.pipe(Layer.provideMerge(Layer.mergeAl
   Layer.provideMerge(AddressGuard.Default)
 )
 
+/** The live connections and the socket endpoints, over the route services. */
+const RealtimeServices = SocketEndpoints.Default.pipe(
+  Layer.provideMerge(LiveConnections.Default),
+  Layer.provideMerge(RealtimeMetrics.Default),
+  Layer.provide(SocketBindingsLive),
+  Layer.provideMerge(LocalSignalsLive),
+  Layer.provideMerge(ReadPositions.Default),
+  Layer.provideMerge(RouteServices)
+)
+
 /** The HTTP server on `HOST`:`PORT`; the lean append route sees each request before the router. */
 const leaveToRouter: RequestClaim = () => false
 
@@ -115,8 +135,9 @@ const ServerLive = Layer.unwrapEffect(
     const config = yield* AppConfig
     const claim = (yield* LeanAppendRoute) ? (yield* AppendRoute).claim : leaveToRouter
     const metrics = yield* Metrics
+    const sockets = yield* SocketEndpoints
     return NodeHttpServer.layer(
-      () => createNodeServer(claim, metrics.countUnrouted),
+      () => createNodeServer(claim, sockets.claim, metrics.countUnrouted),
       { host: config.host, port: config.port }
     )
   })
@@ -132,5 +153,5 @@ const ServerLive = Layer.unwrapEffect(
 export const HttpLive = DrainLive.pipe(
   Layer.provide(HttpLayerRouter.serve(AppRoutes, { disableLogger: true, disableListenLog: true })),
   Layer.provide(ServerLive),
-  Layer.provide(RouteServices)
+  Layer.provide(RealtimeServices)
 )

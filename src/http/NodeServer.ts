@@ -118,15 +118,20 @@ export type RequestClaim = (request: AbandonableRequest, response: ServerRespons
 
 /**
  * The HTTP server of a node. A request is first offered to `claim` (the lean append route), then
- * to the platform's router. Requests whose bodies were cut short are answered, then hung up on.
+ * to the platform's router; an upgrade is first offered to `claimUpgrade` (the socket endpoints). Requests whose bodies were cut short are answered, then hung up on.
  */
 class NodeServer extends Server<typeof AbandonableRequest> {
-  constructor(private readonly claim: RequestClaim, private readonly answered: UnroutedAnswer) {
+  constructor(
+    private readonly claim: RequestClaim,
+    private readonly claimUpgrade: UpgradeClaim,
+    private readonly answered: UnroutedAnswer
+  ) {
     super({ IncomingMessage: AbandonableRequest, requireHostHeader: false })
     this.on("clientError", answerClientError(answered))
   }
 
   override emit(event: string, ...args: Array<unknown>): boolean {
+    if (event === "upgrade" && this.claimUpgrade(args[0] as IncomingMessage, args[1] as Duplex, args[2] as Buffer)) return true
     if (event === "request") {
       const response = args[1] as ServerResponse
       const request = args[0] as AbandonableRequest
@@ -147,4 +152,8 @@ class NodeServer extends Server<typeof AbandonableRequest> {
   }
 }
 
-export const createNodeServer = (claim: RequestClaim, answered: UnroutedAnswer): Server => new NodeServer(claim, answered)
+/** Called for each upgrade request before the platform sees it; true when it took the request. */
+export type UpgradeClaim = (request: IncomingMessage, socket: Duplex, head: Buffer) => boolean
+
+export const createNodeServer = (claim: RequestClaim, claimUpgrade: UpgradeClaim, answered: UnroutedAnswer): Server =>
+  new NodeServer(claim, claimUpgrade, answered)
