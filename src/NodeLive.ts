@@ -11,6 +11,8 @@ import { ConversationPurge, ConversationPurgeLive } from "./conversations/Conver
 import { ConversationStateRepo } from "./conversations/ConversationState.js"
 import { RateLimiter } from "./ratelimit/RateLimiter.js"
 import { ConversationHub } from "./realtime/ConversationHub.js"
+import { LocalSignalsLive } from "./realtime/LocalSignals.js"
+import { ReadPositions } from "./conversations/ReadPositions.js"
 import { CountersClientLive } from "./db/CountersClient.js"
 import { DatabaseLive } from "./db/Database.js"
 import { MigrationsLive } from "./db/Migrations.js"
@@ -46,13 +48,14 @@ export const NodeLive = HttpLive.pipe(
     Layer.mergeAll(ConversationEntityLive, ConversationExpiryLive, ConversationPurgeLive, HousekeepingLive, NodeMetricsLive)
   ),
   // Merged into the output, so in-process test nodes can reach the hub and the limiter.
-  Layer.provideMerge(Layer.mergeAll(ConversationHub.Default, RateLimiter.Default, ConversationCores.Default())),
+  Layer.provideMerge(Layer.mergeAll(ConversationHub.Default, RateLimiter.Default, ConversationCores.Default(), LocalSignalsLive)),
   Layer.provideMerge(
     Layer.mergeAll(
       ActivityWriter.Default,
       ActivityRepo.Default,
       ConversationStateRepo.Default,
       ConversationPurge.Default,
+      ReadPositions.Default,
       ConversationOwnersLive
     )
   ),

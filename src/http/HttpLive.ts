@@ -39,9 +39,7 @@ import { OpenApiRoute, openApiRoutes } from "./OpenApiRoute.js"
 import { ParleyApi } from "./ParleyApi.js"
 import { type RouteSpec, RouteTableLive, routesOf } from "./RouteTable.js"
 import { UploadRoutes, uploadRoutes } from "./UploadRoutes.js"
-import { ReadPositions } from "../conversations/ReadPositions.js"
 import { LiveConnections } from "../realtime/LiveConnections.js"
-import { LocalSignalsLive } from "../realtime/LocalSignals.js"
 import { RealtimeMetrics } from "../realtime/RealtimeMetrics.js"
 import { SocketBindingsLive } from "../realtime/SocketBindingsLive.js"
 import { SocketEndpoints, SocketRoutes, socketRoutes } from "../realtime/SocketEndpoints.js"
@@ -122,8 +120,6 @@ const RealtimeServices = SocketEndpoints.Default.pipe(
   Layer.provideMerge(LiveConnections.Default),
   Layer.provideMerge(RealtimeMetrics.Default),
   Layer.provide(SocketBindingsLive),
-  Layer.provideMerge(LocalSignalsLive),
-  Layer.provideMerge(ReadPositions.Default),
   Layer.provideMerge(RouteServices)
 )
 
