@@ -2,6 +2,7 @@ import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Fiber } from "effect"
 import { createConnection } from "node:net"
 import { pack } from "msgpackr"
+import Pg from "pg"
 import { chat, generateToken, tenantWithChannel } from "./support/ClientApi.js"
 import { eventually } from "./support/Eventually.js"
 import { insertChannel, insertConversation } from "./support/Fixtures.js"
@@ -14,7 +15,7 @@ import {
   refused,
   socketUrl
 } from "./support/NativeClient.js"
-import { holdConversationRow, query } from "./support/TestDatabase.js"
+import { query, TestDatabase } from "./support/TestDatabase.js"
 import { createTenant, request, TestNode, TestNodeLive } from "./support/TestNode.js"
 
 const SIGNING_KEY = "native-socket-test-key-0123456789abcdef"
@@ -23,6 +24,20 @@ const BASE_ENV = {
   TRUSTED_PROXIES: "127.0.0.1/32",
   RATE_LIMITS: JSON.stringify({ activity_create: { limit: 10000, scale_ms: 1000 } })
 }
+
+/** Holds `table` locked (reads wait too) in a transaction of its own until the scope closes. */
+const holdTableLocked = (table: string) =>
+  Effect.flatMap(TestDatabase, ({ url }) => {
+    const holder = new Pg.Client({ connectionString: url! })
+    return Effect.acquireRelease(
+      Effect.promise(async () => {
+        await holder.connect()
+        await holder.query("BEGIN")
+        await holder.query(`LOCK TABLE ${table} IN ACCESS EXCLUSIVE MODE`)
+      }),
+      () => Effect.promise(() => holder.query("ROLLBACK").then(() => holder.end()))
+    )
+  })
 
 const baseUrl = Effect.map(TestNode, (node) => node.baseUrl)
 
@@ -329,13 +344,14 @@ layer(TestNodeLive(BASE_ENV), { excludeTestServices: true })("native socket", (i
     it.scoped("more than 32 unanswered sends: the extra ones are too_many_in_flight, the others are answered", () =>
       Effect.gen(function*() {
         const { channel } = yield* tenantWithChannel
-        const { id, token } = yield* startConversation(channel.secret)
-        const { client } = yield* joined(token)
+        const { id, parent } = yield* startConversation(channel.secret)
+        // Not bound to the conversation: each append looks the conversation up first (with its participant).
+        const { client } = yield* joined(parent, { query: { conversation_id: id } })
         // The hello counted in this second's 20 frames: the sends start in a window of their own.
         yield* Effect.sleep("1100 millis")
         const answers = yield* Effect.scoped(Effect.gen(function*() {
-          // Appends wait for the conversation's row: every send stays unanswered meanwhile.
-          yield* holdConversationRow(id)
+          // Appends wait for that look-up meanwhile: every send stays unanswered.
+          yield* holdTableLocked("participants")
           for (let i = 0; i < 33; i++) {
             // 20 frames a second per socket: the 21st waits for the next window.
             if (i === 20) yield* Effect.sleep("1100 millis")
