@@ -1,4 +1,4 @@
-import { describe, expect, layer } from "@effect/vitest"
+import { describe, expect, it, layer } from "@effect/vitest"
 import { Effect, Fiber } from "effect"
 import { createConnection } from "node:net"
 import { pack } from "msgpackr"
@@ -13,10 +13,12 @@ import {
   metricValue,
   type NativeClient,
   refused,
-  socketUrl
+  socketUrl,
+  tryConnect
 } from "./support/NativeClient.js"
-import { query, TestDatabase } from "./support/TestDatabase.js"
-import { createTenant, request, TestNode, TestNodeLive } from "./support/TestNode.js"
+import { query, TestDatabase, TestDatabaseLive } from "./support/TestDatabase.js"
+import { spawnNode } from "./support/NodeProcess.js"
+import { ADMIN_TOKEN, createTenant, request, TestNode, TestNodeLive } from "./support/TestNode.js"
 
 const SIGNING_KEY = "native-socket-test-key-0123456789abcdef"
 const BASE_ENV = {
@@ -610,4 +612,107 @@ layer(TestNodeLive({ ...BASE_ENV, TOKEN_TTL_SECONDS: "4" }), { excludeTestServic
       expect(kept.ws.readyState).toBe(kept.ws.OPEN)
       expect(yield* closeOf(kept)).toEqual({ code: 4401, reason: JSON.stringify({ reason: "token_expired" }) })
     }), { timeout: 60_000 })
+})
+
+layer(TestNodeLive({ ...BASE_ENV, DATABASE_STATEMENT_TIMEOUT_MS: "1000", SSE_HEARTBEAT_MS: "300" }), { excludeTestServices: true })(
+  "native socket and the database",
+  (it) => {
+    it.scoped("the database unavailable at hello: error unavailable with retryAfterMs, then close 1013", () =>
+      Effect.gen(function*() {
+        const { channel } = yield* tenantWithChannel
+        const { token } = yield* startConversation(channel.secret)
+        const client = yield* connect(yield* baseUrl, { token })
+        const answer = yield* Effect.scoped(Effect.zipRight(holdTableLocked("conversations"), hello(client)))
+        expect(answer).toMatchObject({ type: "error", code: "unavailable", retryAfterMs: expect.any(Number) })
+        const closed = yield* closeOf(client)
+        expect(closed.code).toBe(1013)
+        expect(JSON.parse(closed.reason)).toEqual({ reason: "unavailable", retryAfterMs: answer.retryAfterMs })
+      }))
+
+    it.scoped("a replay that cannot read: replay_unavailable with the watermark, the socket stays open and resumes", () =>
+      Effect.gen(function*() {
+        const { channel } = yield* tenantWithChannel
+        const { id, token } = yield* startConversation(channel.secret)
+        yield* postText(token, id, "one")
+        yield* postText(token, id, "two")
+        const client = yield* connect(yield* baseUrl, { token })
+        const failed = yield* Effect.scoped(Effect.gen(function*() {
+          yield* holdTableLocked("activities")
+          const welcome = yield* hello(client, 1)
+          expect(welcome).toMatchObject({ type: "welcome", data: { headSeq: 2 } })
+          return yield* client.next(isError("replay_unavailable"))
+        }))
+        expect(failed).toMatchObject({ details: { watermark: 1 }, retryAfterMs: expect.any(Number) })
+        expect(yield* client.next(activityAt(2))).toMatchObject({ data: { text: "two" } })
+        expect(client.frames.some(activityAt(1))).toBe(false)
+        yield* postText(token, id, "three")
+        yield* client.next(activityAt(3))
+      }))
+
+    it.scoped("heartbeats come every heartbeatIntervalMs with the last seq sent", () =>
+      Effect.gen(function*() {
+        const { channel } = yield* tenantWithChannel
+        const { id, token } = yield* startConversation(channel.secret)
+        yield* postText(token, id, "one")
+        const { client, welcome } = yield* joined(token)
+        expect(welcome.data.heartbeatIntervalMs).toBe(300)
+        yield* client.next(activityAt(1))
+        const from = client.frames.length
+        expect(yield* client.next((f) => f.type === "heartbeat", { from })).toMatchObject({ headSeq: 1 })
+      }))
+  }
+)
+
+describe("native socket during a drain", () => {
+  it.live("new upgrades get 503; sockets that said hello close 1012, the others 1001, counted in the metrics", () =>
+    Effect.gen(function*() {
+      const db = yield* TestDatabase
+      const node = yield* spawnNode("drain", {
+        DATABASE_URL: db.url!,
+        TOKEN_SIGNING_KEY: SIGNING_KEY,
+        DRAIN_REFUSE_MS: "2000",
+        DRAIN_BATCH_SIZE: "1",
+        DRAIN_BATCH_INTERVAL_MS: "2000"
+      })
+      const call = (method: string, path: string, headers: Record<string, string>, body?: unknown) =>
+        Effect.promise(async () => {
+          const response = await fetch(`${node.baseUrl}${path}`, {
+            method,
+            headers: { ...headers, "content-type": "application/json" },
+            ...(body === undefined ? {} : { body: JSON.stringify(body) })
+          })
+          return (await response.json()) as any
+        })
+      const tenant = yield* call("POST", "/api/v1/admin/tenants", { authorization: `Bearer ${ADMIN_TOKEN}` }, { tenant: { name: "drain" } })
+      const channel = yield* call("POST", "/api/v1/manage/channels", { "x-api-key": tenant.data.api_key }, {
+        channel: { name: "socket", type: "websocket" }
+      })
+      const generated = yield* call("POST", "/api/v1/chat/tokens/generate", { authorization: `Bearer ${channel.data.secret}` }, {
+        user: { id: "alice" }
+      })
+      const created = yield* call("POST", "/api/v1/chat/conversations", { authorization: `Bearer ${generated.token}` })
+      const token = created.token as string
+      const unjoined = yield* connect(node.baseUrl, { token })
+      yield* ask(unjoined, { type: "ping" }, (f) => f.type === "pong")
+      const first = (yield* Effect.flatMap(connect(node.baseUrl, { token }), (c) => Effect.as(hello(c), c)))
+      const second = (yield* Effect.flatMap(connect(node.baseUrl, { token }), (c) => Effect.as(hello(c), c)))
+
+      node.child.kill("SIGTERM")
+      const refusedNow = yield* eventually(
+        tryConnect(node.baseUrl, { token }).pipe(Effect.tap((r) => ("ws" in r ? Effect.sync(() => r.ws.terminate()) : Effect.void))),
+        (r) => !("ws" in r),
+        { what: "upgrade refused while draining" }
+      )
+      expect(refusedNow).toMatchObject({ status: 503, body: { error: { code: "unavailable", details: { reason: "draining" } } } })
+
+      expect(yield* closeOf(unjoined)).toEqual({ code: 1001, reason: "" })
+      const closedFirst = yield* closeOf(first)
+      expect(closedFirst.code).toBe(1012)
+      expect(JSON.parse(closedFirst.reason)).toEqual({ reason: "unavailable", retryAfterMs: expect.any(Number) })
+      // The second joined socket is in the next batch: the node still answers meanwhile.
+      expect(second.ws.readyState).toBe(second.ws.OPEN)
+      expect(yield* metricValue(node.baseUrl, `parley_socket_closes_total{binding="native",code="1012"}`)).toBe(1)
+      expect(yield* metricValue(node.baseUrl, `parley_socket_closes_total{binding="native",code="1001"}`)).toBe(1)
+      expect((yield* closeOf(second)).code).toBe(1012)
+    }).pipe(Effect.scoped, Effect.provide(TestDatabaseLive)), { timeout: 120_000 })
 })
