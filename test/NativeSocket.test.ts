@@ -236,6 +236,29 @@ layer(TestNodeLive(BASE_ENV), { excludeTestServices: true })("native socket", (i
       expect(above.frames.some((f) => f.seq === 1 || f.seq === 2)).toBe(false)
     }))
 
+  it.scoped("a replay longer than the outbound backlog waits for a client that lags, which gets it whole, in order", () =>
+    Effect.gen(function*() {
+      const { channel, tenant } = yield* tenantWithChannel
+      const { id, token } = yield* startConversation(channel.secret)
+      yield* query(
+        `INSERT INTO activities (conversation_id, seq, id, tenant_id, type, sender, text)
+         SELECT $1, s, gen_random_uuid(), $2, 'message', 'bot', 'replayed ' || s || repeat('x', 10000) FROM generate_series(1, 2500) s`,
+        [id, tenant.id]
+      )
+      yield* query("UPDATE conversations SET head_seq = 2500 WHERE id = $1", [id])
+      const client = yield* connect(yield* baseUrl, { token })
+      const socket = (client.ws as unknown as { _socket: { pause: () => void; resume: () => void } })._socket
+      // Not reading while the replay starts: what the node writes meanwhile stays unflushed.
+      socket.pause()
+      client.send({ type: "hello", watermark: 0 })
+      yield* Effect.sleep("3 seconds")
+      socket.resume()
+      yield* client.next(activityAt(2500), { within: 60_000 })
+      const seqs = client.frames.filter((f) => typeof f.seq === "number").map((f) => f.seq)
+      expect(seqs).toEqual(Array.from({ length: 2500 }, (_, i) => i + 1))
+      expect(client.ws.readyState).toBe(client.ws.OPEN)
+    }), { timeout: 90_000 })
+
   it.scoped("in-band auth: a fresh token of the same subject is taken (authOk), another subject's is refused", () =>
     Effect.gen(function*() {
       const { channel } = yield* tenantWithChannel
