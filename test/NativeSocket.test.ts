@@ -112,6 +112,19 @@ layer(TestNodeLive(BASE_ENV), { excludeTestServices: true })("native socket", (i
         expect(missing.status).toBe(401)
       }))
 
+    it.scoped("the token may come in the Authorization header instead of the query", () =>
+      Effect.gen(function*() {
+        const { channel } = yield* tenantWithChannel
+        const { token } = yield* startConversation(channel.secret)
+        const url = yield* baseUrl
+        const client = yield* Effect.acquireRelease(tryConnect(url, {}, ["chat.v1"], { authorization: `Bearer ${token}` }), (c) =>
+          Effect.sync(() => "ws" in c && c.ws.terminate()))
+        if (!("ws" in client)) throw new Error(`refused: ${JSON.stringify(client)}`)
+        expect((yield* hello(client)).type).toBe("welcome")
+        const wrong = yield* refused(url, { token }, ["chat.v1"], { authorization: "Bearer not-a-token" })
+        expect(wrong.status).toBe(401)
+      }))
+
     it.scoped("no subprotocol offered speaks JSON, as chat.v1; the client's first supported offer is taken", () =>
       Effect.gen(function*() {
         const { channel } = yield* tenantWithChannel
@@ -164,6 +177,8 @@ layer(TestNodeLive(BASE_ENV), { excludeTestServices: true })("native socket", (i
       const agent = yield* generateToken(channel.secret, { user: { id: "agent" }, scope: "channel" })
       const a = (yield* joined(token)).client
       const b = (yield* joined(agent, { query: { conversation_id: id }, protocols: ["chat.v1+msgpack"] })).client
+      // Each identified listener counts as a viewer while it follows the conversation.
+      yield* a.next((f) => f.type === "presence" && f.data.viewers.join() === "agent,alice")
 
       const ack = yield* ask(a, sendFrame("a-1", { text: "hello agent" }), answerTo("a-1"))
       const atB = yield* b.next(activityAt(ack.seq))
