@@ -455,7 +455,7 @@ layer(TestNodeLive(BASE_ENV), { excludeTestServices: true })("native socket", (i
              SELECT $1, s, gen_random_uuid(), $2, 'message', 'bot', repeat('x', 20000) FROM generate_series($3::int, $4::int) s`,
             [id, tenant.id, from, to]
           ).pipe(Effect.zipRight(query("UPDATE conversations SET head_seq = $2 WHERE id = $1", [id, to])))
-        yield* insertBatch(1, 600)
+        yield* insertBatch(1, 800)
         yield* eventually(
           Effect.zipRight(
             Effect.sync(() => typist.send({ type: "typing" })),
@@ -464,7 +464,7 @@ layer(TestNodeLive(BASE_ENV), { excludeTestServices: true })("native socket", (i
           (dropped) => dropped > droppedBefore,
           { what: "typing dropped for the lagging socket" }
         )
-        yield* insertBatch(601, 2200)
+        yield* insertBatch(801, 2400)
         yield* eventually(metricValue(url, `parley_socket_closes_total{binding="native",code="4503"}`), (n) => n > closesBefore, {
           what: "slow consumer closed"
         })
