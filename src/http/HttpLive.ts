@@ -117,9 +117,10 @@ const RouteServices = ClientTokens.Default.pipe(Layer.provideMerge(Layer.mergeAl
 
 /** The live connections and the socket endpoints, over the route services. */
 const RealtimeServices = SocketEndpoints.Default.pipe(
+  // The bindings use the live connections (in-band refresh): built over them.
+  Layer.provide(SocketBindingsLive),
   Layer.provideMerge(LiveConnections.Default),
   Layer.provideMerge(RealtimeMetrics.Default),
-  Layer.provide(SocketBindingsLive),
   Layer.provideMerge(RouteServices)
 )
 
