@@ -1,0 +1,177 @@
+import { describe, expect, layer } from "@effect/vitest"
+import { ConfigProvider, Context, Effect, Exit, Layer, Scope, Stream } from "effect"
+import { ConversationSignalsEntity } from "../cluster/ConversationSignalsEntity.js"
+import { AppConfig } from "../src/config/AppConfig.js"
+import { ReadPositions } from "../src/conversations/ReadPositions.js"
+import { ConversationId } from "../src/domain/Conversation.js"
+import { LeanAppendRoute } from "../src/http/AppendRoute.js"
+import { LoggingLive, NodeLive } from "../src/NodeLive.js"
+import { ConversationSignals, type Signal } from "../src/realtime/ConversationSignals.js"
+import { eventually } from "./support/Eventually.js"
+import { serverUrl, TestDatabase } from "./support/TestDatabase.js"
+import { ADMIN_TOKEN, freePorts, TestNodeLive } from "./support/TestNode.js"
+
+const clusterEnv = {
+  CLUSTER_SHARD_LOCK_EXPIRATION_MS: "4000",
+  CLUSTER_ENTITY_TERMINATION_TIMEOUT_MS: "1000"
+}
+
+const newConversation = () => ConversationId.to.make(crypto.randomUUID())
+
+/** Everything `stream` delivers while the test's scope is open, as it arrives. */
+const collect = (stream: Stream.Stream<Signal>) =>
+  Effect.gen(function*() {
+    const seen: Array<Signal> = []
+    yield* Effect.forkScoped(Stream.runForEach(stream, (signal) => Effect.sync(() => seen.push(signal))))
+    return seen
+  })
+
+const presences = (seen: ReadonlyArray<Signal>) =>
+  seen.flatMap((signal) => (signal._tag === "Presence" ? [signal.viewers] : []))
+const lastPresence = (seen: ReadonlyArray<Signal>) => presences(seen).at(-1)
+
+/**
+ * A second whole node in this process, on the same database as the file's node: its own ports, runner
+ * and services. Its signals, to be closed with `scope` (the way a dead node stops renewing its leases).
+ */
+const secondNode = (scope: Scope.Scope) =>
+  Effect.gen(function*() {
+    const db = yield* TestDatabase
+    const [port, runnerPort] = yield* freePorts(2)
+    const provider = ConfigProvider.fromMap(
+      new Map(Object.entries({
+        PORT: String(port),
+        CLUSTER_RUNNER_PORT: String(runnerPort),
+        HOST: "127.0.0.1",
+        DATA_DIR: db.dataDir,
+        ADMIN_API_TOKEN: ADMIN_TOKEN,
+        DRAIN_REFUSE_MS: "0",
+        LOG_LEVEL: "none",
+        DATABASE_URL: db.url!,
+        ...clusterEnv
+      }))
+    )
+    const context = yield* Layer.buildWithScope(
+      NodeLive.pipe(
+        Layer.provide(LoggingLive),
+        Layer.provide(AppConfig.Default),
+        Layer.provide(Layer.succeed(LeanAppendRoute, true)),
+        Layer.provide(Layer.setConfigProvider(provider))
+      ),
+      scope
+    )
+    return Context.get(context, ConversationSignals)
+  })
+
+layer(TestNodeLive(clusterEnv), { excludeTestServices: true })("conversation signals", (it) => {
+  it.scoped("a typing reaches every follower of the conversation, with the connection it came from", () =>
+    Effect.gen(function*() {
+      const signals = yield* ConversationSignals
+      const id = newConversation()
+      const a = yield* collect(signals.follow(id))
+      const b = yield* collect(signals.follow(id))
+      const elsewhere = yield* collect(signals.follow(newConversation()))
+      // Typing is ephemeral: one sent before the node's upstream is in place is lost, so send until one arrives.
+      yield* eventually(
+        Effect.zipRight(signals.typing(id, "u1", "conn-a"), Effect.sync(() => b.filter((s) => s._tag === "Typing"))),
+        (typings) => typings.length > 0
+      )
+      // The origin's own listener recognizes its signal by `origin` and drops it (the bindings do).
+      expect(b.find((s) => s._tag === "Typing")).toMatchObject({ _tag: "Typing", userId: "u1", origin: "conn-a" })
+      yield* eventually(Effect.sync(() => a.filter((s) => s._tag === "Typing")), (typings) => typings.length > 0)
+      expect(a.find((s) => s._tag === "Typing")).toMatchObject({ userId: "u1", origin: "conn-a" })
+      expect(elsewhere.filter((s) => s._tag === "Typing")).toEqual([])
+    }), { timeout: 60_000 })
+
+  it.scoped("viewers join and leave: followers hear the viewers, and viewers() answers them", () =>
+    Effect.gen(function*() {
+      const signals = yield* ConversationSignals
+      const id = newConversation()
+      const seen = yield* collect(signals.follow(id))
+      const first = yield* Scope.make()
+      yield* Scope.extend(signals.view(id, "u1"), first)
+      const second = yield* Scope.make()
+      yield* Scope.extend(signals.view(id, "u2"), second)
+      // Two views of one user count once; closing one of them leaves the user present.
+      const again = yield* Scope.make()
+      yield* Scope.extend(signals.view(id, "u1"), again)
+      yield* eventually(Effect.sync(() => lastPresence(seen)), (viewers) => JSON.stringify(viewers) === JSON.stringify(["u1", "u2"]))
+      expect(yield* signals.viewers(id)).toEqual(["u1", "u2"])
+      yield* Scope.close(again, Exit.void)
+      yield* Scope.close(second, Exit.void)
+      yield* eventually(Effect.sync(() => lastPresence(seen)), (viewers) => JSON.stringify(viewers) === JSON.stringify(["u1"]))
+      yield* Scope.close(first, Exit.void)
+      yield* eventually(Effect.sync(() => lastPresence(seen)), (viewers) => viewers !== undefined && viewers.length === 0)
+      expect(yield* signals.viewers(id)).toEqual([])
+      // Each change once: no repeats of the same viewers in a row.
+      const all = presences(seen).map((viewers) => JSON.stringify(viewers))
+      expect(all.filter((viewers, i) => i > 0 && viewers === all[i - 1])).toEqual([])
+    }), { timeout: 60_000 })
+
+  it.scoped("a read position only moves forward, and each read is broadcast with the stored position", () =>
+    Effect.gen(function*() {
+      const signals = yield* ConversationSignals
+      const positions = yield* ReadPositions
+      const id = newConversation()
+      const seen = yield* collect(signals.follow(id))
+      const reads = () => seen.flatMap((s) => (s._tag === "Read" ? [s] : []))
+      // Until the upstream is in place, a read is stored and its broadcast may be lost: read until one arrives.
+      yield* eventually(Effect.zipRight(signals.read(id, "reader", 5, "conn-r"), Effect.sync(reads)), (r) => r.length > 0)
+      const before = reads().length
+      // Behind the stored position: it stays, and the broadcast says where the reader really is.
+      yield* signals.read(id, "reader", 3, "conn-r")
+      yield* eventually(Effect.sync(() => reads().length), (count) => count > before)
+      expect(reads().map((r) => r.seq)).toEqual(reads().map(() => 5))
+      expect(reads().at(-1)).toMatchObject({ userId: "reader", seq: 5, origin: "conn-r" })
+      expect(yield* positions.positionOf(id, "reader")).toBe(5)
+      yield* signals.read(id, "reader", 9, "conn-r")
+      yield* eventually(Effect.sync(() => reads().at(-1)?.seq), (seq) => seq === 9)
+      expect(yield* positions.positionOf(id, "reader")).toBe(9)
+      const malformed = yield* Effect.flip(signals.read(id, "reader", -1, "conn-r"))
+      expect(malformed._tag).toBe("BadRequest")
+    }), { timeout: 60_000 })
+
+  it.scoped("a node that stops renewing its lease drops out of presence; the others' viewers stay", () =>
+    Effect.gen(function*() {
+      const signals = yield* ConversationSignals
+      const entity = yield* ConversationSignalsEntity.client
+      const id = newConversation()
+      const seen = yield* collect(signals.follow(id))
+      yield* signals.view(id, "alive")
+      // A node that reports once and is then killed: nothing renews its lease again.
+      yield* entity(id).Present({ node: "ghost-node", version: 1, viewers: ["ghost"], leaseMs: 6000 })
+      yield* eventually(Effect.sync(() => lastPresence(seen)), (viewers) => JSON.stringify(viewers) === JSON.stringify(["alive", "ghost"]))
+      yield* eventually(Effect.sync(() => lastPresence(seen)), (viewers) => JSON.stringify(viewers) === JSON.stringify(["alive"]))
+      expect(yield* signals.viewers(id)).toEqual(["alive"])
+    }), { timeout: 60_000 })
+
+  describe.skipIf(serverUrl === undefined)("with a second node on the same database", () => {
+    it.scoped("typing, reads and presence cross nodes; a stopped node's viewers drop out", () =>
+      Effect.gen(function*() {
+        const here = yield* ConversationSignals
+        const otherScope = yield* Scope.make()
+        const there = yield* secondNode(otherScope)
+        const id = newConversation()
+        const heardHere = yield* collect(here.follow(id))
+        const heardThere = yield* collect(there.follow(id))
+        yield* eventually(
+          Effect.zipRight(there.typing(id, "far", "conn-far"), Effect.sync(() => heardHere.filter((s) => s._tag === "Typing"))),
+          (typings) => typings.length > 0
+        )
+        yield* eventually(
+          Effect.zipRight(here.read(id, "near", 4, "conn-near"), Effect.sync(() => heardThere.filter((s) => s._tag === "Read"))),
+          (reads) => reads.length > 0
+        )
+        yield* here.view(id, "near")
+        // Its view outlives the node: the node stops, as a killed one does, without reporting a leave.
+        yield* Scope.extend(there.view(id, "far"), yield* Scope.make())
+        yield* eventually(Effect.sync(() => lastPresence(heardHere)), (viewers) => JSON.stringify(viewers) === JSON.stringify(["far", "near"]))
+        yield* eventually(Effect.sync(() => lastPresence(heardThere)), (viewers) => JSON.stringify(viewers) === JSON.stringify(["far", "near"]))
+        yield* Scope.close(otherScope, Exit.void)
+        // The lease (6 s) and a sweep, or the entity's move and warm-up: generous for a slow host.
+        yield* eventually(Effect.sync(() => lastPresence(heardHere)), (viewers) => JSON.stringify(viewers) === JSON.stringify(["near"]), {
+          within: "60 seconds"
+        })
+      }), { timeout: 120_000 })
+  })
+})
