@@ -21,6 +21,11 @@ const CALL_TIMEOUT = Duration.seconds(2)
  * long is followed again at once.
  */
 const RESUBSCRIBE_AFTER = Duration.millis(250)
+/**
+ * A node follows each entity stream anew this often: a stream left silent by an owner that crashed (and
+ * whose re-send never resumed) recovers within it. The new stream starts with the current viewers.
+ */
+const UPSTREAM_LIFETIME = Duration.seconds(30)
 /** Signals a local listener may lag behind before the oldest are dropped: they are ephemeral. */
 const LISTENER_BACKLOG = 256
 /** Renewals in flight at once. */
@@ -95,6 +100,7 @@ export const ConversationSignalsLive = Layer.scoped(
     /** Follows the entity's stream, again after it ends or fails (a short pause unless it lived long). */
     const upstream = (conversationId: ConversationId, topic: Topic) =>
       entity(conversationId).Follow().pipe(
+        Stream.interruptAfter(UPSTREAM_LIFETIME),
         Stream.runForEach((wire) => deliver(topic, wire)),
         Effect.timed,
         Effect.map(([ran]) => Duration.greaterThanOrEqualTo(ran, RESUBSCRIBE_AFTER)),
