@@ -1,6 +1,8 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { ConfigProvider, Context, Effect, Exit, Layer, Scope, Stream } from "effect"
+import { Sharding } from "@effect/cluster"
 import { ConversationSignalsEntity } from "../cluster/ConversationSignalsEntity.js"
+import { ConversationSignalsLive } from "../cluster/ConversationSignalsLive.js"
 import { AppConfig } from "../src/config/AppConfig.js"
 import { ReadPositions } from "../src/conversations/ReadPositions.js"
 import { ConversationId } from "../src/domain/Conversation.js"
@@ -63,6 +65,27 @@ const secondNode = (scope: Scope.Scope, runnerPort: number) =>
     )
     return Context.get(context, ConversationSignals)
   })
+
+/**
+ * The node's signals over a cluster where `Publish` calls to signals entities never answer, as when
+ * the owner is unreachable; every other call is the real one.
+ */
+const signalsWithSilentPublish = Effect.map(
+  Layer.build(ConversationSignalsLive.pipe(Layer.provide(Layer.effect(
+    Sharding.Sharding,
+    Effect.map(Sharding.Sharding, (sharding) =>
+      Sharding.Sharding.of({
+        ...sharding,
+        makeClient: (entity) =>
+          Effect.map(sharding.makeClient(entity), (client) => (entityId: string) =>
+            new Proxy(client(entityId), {
+              get: (target, key, receiver) =>
+                entity.type === ConversationSignalsEntity.type && key === "Publish" ? () => Effect.never : Reflect.get(target, key, receiver)
+            }))
+      }))
+  )))),
+  (context) => Context.get(context, ConversationSignals)
+)
 
 layer(TestNodeLive(clusterEnv), { excludeTestServices: true })("conversation signals", (it) => {
   it.scoped("a typing reaches every follower of the conversation, with the connection it came from", () =>
@@ -130,6 +153,17 @@ layer(TestNodeLive(clusterEnv), { excludeTestServices: true })("conversation sig
       expect(yield* positions.positionOf(id, "reader")).toBe(9)
       const malformed = yield* Effect.flip(signals.read(id, "reader", -1, "conn-r"))
       expect(malformed._tag).toBe("BadRequest")
+    }), { timeout: 60_000 })
+
+  it.scoped("with the entity unreachable, a read is stored and answers Unavailable; a typing is dropped", () =>
+    Effect.gen(function*() {
+      const signals = yield* signalsWithSilentPublish
+      const positions = yield* ReadPositions
+      const id = newConversation()
+      const error = yield* Effect.flip(signals.read(id, "reader", 7, "conn-r"))
+      expect(error).toMatchObject({ _tag: "Unavailable", reason: "cluster_unavailable" })
+      expect(yield* positions.positionOf(id, "reader")).toBe(7)
+      yield* signals.typing(id, "typist", "conn-t")
     }), { timeout: 60_000 })
 
   it.scoped("a node that stops renewing its lease drops out of presence; the others' viewers stay", () =>
