@@ -4,6 +4,8 @@ import { Schema } from "effect"
 
 /** The longest user id or connection id a signal carries (they come from tokens and our own ids); nodes check it. */
 export const MAX_ID_LENGTH = 1024
+/** The most viewers one node reports for one conversation; nodes report the first ones (sorted). */
+export const MAX_REPORTED_VIEWERS = 10_000
 const Id = Schema.String.pipe(Schema.maxLength(MAX_ID_LENGTH))
 
 const Typing = Schema.TaggedStruct("Typing", { userId: Id, origin: Id })
@@ -32,7 +34,7 @@ const Present = Rpc.make("Present", {
   payload: {
     node: Id,
     version: Schema.NonNegativeInt,
-    viewers: Schema.Array(Id).pipe(Schema.maxItems(10_000)),
+    viewers: Schema.Array(Id).pipe(Schema.maxItems(MAX_REPORTED_VIEWERS)),
     leaseMs: Schema.Int.pipe(Schema.between(1000, 60_000))
   }
 })

@@ -4,7 +4,7 @@ import { BadRequest, clusterUnavailable, type Unavailable } from "../src/domain/
 import type { ConversationId } from "../src/domain/Conversation.js"
 import { JobRunner } from "../src/ops/JobRunner.js"
 import { ConversationSignals, Signal } from "../src/realtime/ConversationSignals.js"
-import { ConversationSignalsEntity, MAX_ID_LENGTH, type SignalWire } from "./ConversationSignalsEntity.js"
+import { ConversationSignalsEntity, MAX_ID_LENGTH, MAX_REPORTED_VIEWERS, type SignalWire } from "./ConversationSignalsEntity.js"
 
 /**
  * A node's report of its viewers counts this long unless renewed. With renewals every 2 s, one lost or
@@ -142,7 +142,12 @@ export const ConversationSignalsLive = Layer.scoped(
 
     /** Reports this node's viewers of the conversation; a failure waits for the next renewal. */
     const report = (conversationId: ConversationId, viewers: ReadonlyArray<string>, version: number) =>
-      call(entity(conversationId).Present({ node, version, viewers, leaseMs: Duration.toMillis(PRESENCE_LEASE) })).pipe(
+      call(entity(conversationId).Present({
+        node,
+        version,
+        viewers: viewers.slice(0, MAX_REPORTED_VIEWERS),
+        leaseMs: Duration.toMillis(PRESENCE_LEASE)
+      })).pipe(
         Effect.catchTag("Unavailable", () =>
           Effect.logDebug("presence report failed; the next renewal retries").pipe(
             Effect.annotateLogs("conversation_id", conversationId)
