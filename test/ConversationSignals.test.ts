@@ -235,5 +235,36 @@ layer(TestNodeLive(clusterEnv), { excludeTestServices: true })("conversation sig
           })
         }
       }), { timeout: 120_000 })
+
+    it.scoped("when a conversation's entity moves to a new node, followers hear no change and no repeat of the viewers", () =>
+      Effect.gen(function*() {
+        const here = yield* ConversationSignals
+        const [secondPort, thirdPort] = yield* freePorts(2)
+        const there = yield* secondNode(yield* Effect.scope, secondPort!)
+        const ids = Array.from({ length: 16 }, newConversation)
+        const heard = yield* Effect.forEach(ids, (id) => collect(here.follow(id)))
+        for (const id of ids) {
+          yield* here.view(id, "near")
+          yield* there.view(id, "far")
+        }
+        yield* eventually(
+          Effect.sync(() => heard.map(lastPresence)),
+          (last) => last.every((viewers) => JSON.stringify(viewers) === JSON.stringify(["far", "near"])),
+          { within: "60 seconds" }
+        )
+        const before = heard.map((seen) => seen.length)
+        // A third node takes some shards over: their entities start again there, from the nodes' renewals.
+        yield* secondNode(yield* Effect.scope, thirdPort!)
+        const owners = yield* eventually(
+          Effect.forEach(ids, ownerPort),
+          (ports) => ports.every((port) => Number.isInteger(port) && port > 0) && ports.includes(thirdPort!),
+          { within: "60 seconds" }
+        )
+        // Past the new entities' warm-up and a few renewals and sweeps.
+        yield* Effect.sleep("8 seconds")
+        const moved = ids.flatMap((_, i) => (owners[i] === thirdPort ? [heard[i]!.slice(before[i])] : []))
+        expect(moved.length).toBeGreaterThan(0)
+        expect(moved.map(presences)).toEqual(moved.map(() => []))
+      }), { timeout: 180_000 })
   })
 })
