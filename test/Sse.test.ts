@@ -65,6 +65,8 @@ layer(
         expect(stream.headers["content-type"]).toMatch(/^text\/event-stream/)
         expect(stream.headers["cache-control"]).toBe("no-cache")
         expect(stream.headers["x-accel-buffering"]).toBe("no")
+        // The stream is its connection's last answer: a kept-alive connection would hold the node's close.
+        expect(stream.headers["connection"]).toBe("close")
         // CORS of /api/v1/chat/* covers the stream.
         expect(stream.headers["access-control-allow-origin"]).toBe("*")
         yield* eventsOf(stream, isActivity, 1, "the replay")
@@ -301,6 +303,7 @@ layer(Layer.empty, { excludeTestServices: true })("SSE on a node of the test's o
       const started = Date.now()
       yield* Scope.close(node.scope, Exit.void)
       // Generous: the point is that an open stream does not hold the close until some deadline.
+      console.log("CLOSE_MS", Date.now() - started)
       expect(Date.now() - started).toBeLessThan(15_000)
       yield* eventually(Effect.sync(() => open.ended()), (ended) => ended, { what: "the open stream ended" })
       expect(open.events.at(-1)).toMatchObject({ event: "error", data: { code: "unavailable", retryAfterMs: expect.any(Number) } })

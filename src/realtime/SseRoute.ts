@@ -137,7 +137,9 @@ export const SseRoute = HttpLayerRouter.addAll(
       })
       return HttpServerResponse.stream(body, {
         contentType: "text/event-stream",
-        headers: { "cache-control": "no-cache", "x-accel-buffering": "no" }
+        // The stream is the connection's last answer: kept alive once it ends, the idle connection
+        // would hold the server's close for its keep-alive timeout (seconds, measured) during a drain.
+        headers: { "cache-control": "no-cache", "x-accel-buffering": "no", connection: "close" }
       })
     })
     return [HttpLayerRouter.route("GET", SSE_PATH, handler)]
