@@ -6,7 +6,7 @@ import type { ConversationId } from "../src/domain/Conversation.js"
 import { chat, generateToken, tenantWithChannel } from "./support/ClientApi.js"
 import { eventually } from "./support/Eventually.js"
 import { endOf, eventsOf, openStream, type SseConnection } from "./support/SseClient.js"
-import { query } from "./support/TestDatabase.js"
+import { holdTable, query } from "./support/TestDatabase.js"
 import { createTenant, manage, request, TestNodeLive } from "./support/TestNode.js"
 import { insertChannel } from "./support/Fixtures.js"
 
@@ -49,6 +49,8 @@ const opaque = (text: string) => Buffer.from(text).toString("base64url")
 layer(
   TestNodeLive({
     SSE_HEARTBEAT_MS: String(HEARTBEAT_MS),
+    // A locked table fails reads soon (the hub failure test).
+    DATABASE_STATEMENT_TIMEOUT_MS: "2000",
     TRUSTED_PROXIES: "127.0.0.1/32",
     RATE_LIMITS: JSON.stringify({ activity_create: { limit: 100000, scale_ms: 1000 } })
   }),
@@ -225,6 +227,49 @@ layer(
         yield* endOf(stream)
         expect(stream.events.at(-1)).toMatchObject({ event: "error", data: { code: "channel_inactive" } })
       }))
+  })
+
+  describe("failures and slow clients", () => {
+    it.scoped("the hub failing (its table unreadable): error replay_unavailable with the watermark, then the stream resumes from it", () =>
+      Effect.gen(function*() {
+        const { channel } = yield* tenantWithChannel
+        const { id, token } = yield* startConversation(channel.secret)
+        yield* post(token, id, "a")
+        const locked = yield* Scope.make()
+        yield* holdTable("activities").pipe(Scope.extend(locked))
+        const stream = yield* openStream(eventsPath(id, `?token=${token}`))
+        const [error] = yield* eventsOf(stream, (e) => e.event === "error", 1, "replay_unavailable")
+        expect(error).toMatchObject({
+          id: undefined,
+          data: { type: "error", code: "replay_unavailable", details: { watermark: 0 }, retryAfterMs: expect.any(Number) }
+        })
+        yield* Scope.close(locked, Exit.void)
+        yield* eventsOf(stream, isActivity, 1, "the activity after the retry")
+        expect(seqs(stream)).toEqual([1])
+        expect(stream.ended()).toBe(false)
+      }), 60_000)
+
+    it.scoped("a client that reads nothing is cut off (slow_consumer) instead of having its events kept", () =>
+      Effect.gen(function*() {
+        const { channel, tenant } = yield* tenantWithChannel
+        const { id, token } = yield* startConversation(channel.secret)
+        // About 24 MB of events: more than the socket buffers on both sides hold.
+        yield* query(
+          `INSERT INTO activities (conversation_id, seq, id, tenant_id, type, sender, text)
+           SELECT $1, s, gen_random_uuid(), $2, 'message', 'bot', repeat('x', 60000) FROM generate_series(1, 400) AS s`,
+          [id, tenant.id]
+        )
+        yield* query("UPDATE conversations SET head_seq = 400 WHERE id = $1", [id])
+        const open = Effect.map(request("GET", "/metrics"), (reply) => Number(/^parley_open_sse_streams (\d+)$/m.exec(reply.body as string)?.[1]))
+        const before = yield* open
+        const stream = yield* openStream(eventsPath(id, `?token=${token}`))
+        stream.pause()
+        yield* eventually(open, (n) => n === before + 1, { what: "the stream counted" })
+        yield* eventually(open, (n) => n === before, { what: "the stalled stream ended by the node" })
+        stream.resume()
+        yield* endOf(stream)
+        expect(persistent(stream).length).toBeLessThan(400)
+      }), 60_000)
   })
 
   describe("signals", () => {

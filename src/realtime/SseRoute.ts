@@ -76,9 +76,6 @@ const conversationPath = HttpLayerRouter.schemaPathParams(Schema.Struct({ conver
   Effect.mapError(() => new BadRequest({ message: "malformed conversation id" }))
 )
 
-/** The first value of a query parameter; undefined when absent. */
-const queryParam = (request: HttpServerRequest.HttpServerRequest, name: string) =>
-  new URL(request.url, "http://node").searchParams.get(name) ?? undefined
 
 /**
  * `GET /api/v1/chat/conversations/:conversation_id/events`: authenticated, admitted and resolved
@@ -100,9 +97,10 @@ export const SseRoute = HttpLayerRouter.addAll(
     const handler = Effect.gen(function*() {
       const request = yield* HttpServerRequest.HttpServerRequest
       yield* live.admit
+      const params = new URL(request.url, "http://node").searchParams
       const { conversation_id: id } = yield* conversationPath
       // The header wins; EventSource cannot set one, hence `?token=` (kept out of every log line).
-      const token = bearerCredential(request) ?? queryParam(request, "token")
+      const token = bearerCredential(request) ?? params.get("token") ?? undefined
       if (token === undefined || token === "") {
         return yield* new Unauthorized({ message: "missing token: send Authorization: Bearer or ?token=" })
       }
@@ -113,13 +111,13 @@ export const SseRoute = HttpLayerRouter.addAll(
 
       // Last-Event-ID wins over ?watermark=; an empty header (EventSource after no id) is none.
       const lastEventId = request.headers["last-event-id"]
-      const watermark = lastEventId !== undefined && lastEventId !== "" ? lastEventId : queryParam(request, "watermark")
+      const watermark = lastEventId !== undefined && lastEventId !== "" ? lastEventId : params.get("watermark") ?? undefined
       yield* noteOpaqueWatermark(warnings, watermark, client.channelId)
       // An invalid watermark is not an error: the stream starts at the beginning, as the list does.
       const resolved = watermark === undefined ? Either.right(0) : yield* conversations.watermarkSeq(id, watermark)
       const from = Either.getOrElse(resolved, () => 0)
 
-      const viewer = client.userId ?? queryParam(request, "userId") ?? null
+      const viewer = client.userId ?? params.get("userId") ?? null
       const response = NodeHttpServerRequest.toServerResponse(request)
       const body = eventStream({
         id,
@@ -256,11 +254,10 @@ const eventStream = (options: StreamOptions): Stream.Stream<Uint8Array> =>
 
     const events = Stream.mergeAll([activities, signalEvents, heartbeats], { concurrency: 3 }).pipe(
       Stream.interruptWhen(Deferred.await(final)),
-      Stream.concat(Stream.fromEffect(Effect.map(Deferred.await(final), (frame) => eventOf(frame))))
-    )
-    return Stream.concat(Stream.sync(() => encoder.encode(`retry: ${RETRY_MS}\n\n`)), events).pipe(
+      Stream.concat(Stream.fromEffect(Effect.map(Deferred.await(final), (frame) => eventOf(frame)))),
       Stream.tap(() => Effect.sync(() => metrics.frameOut("sse")))
     )
+    return Stream.concat(Stream.sync(() => encoder.encode(`retry: ${RETRY_MS}\n\n`)), events)
   }))
 
 /**
