@@ -2,7 +2,7 @@ import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import * as NodeHttpServerRequest from "@effect/platform-node/NodeHttpServerRequest"
-import { type Context, Deferred, Duration, Effect, Either, Schema, type Scope, Stream } from "effect"
+import { Chunk, type Context, Deferred, Duration, Effect, Either, Schema, type Scope, Sink, Stream } from "effect"
 import type { ServerResponse } from "node:http"
 import { CurrentClient, requireConversationBinding, requirePermission } from "../auth/ClientAccess.js"
 import { ClientTokens } from "../auth/ClientTokens.js"
@@ -167,6 +167,10 @@ interface StreamOptions {
 const eventStream = (options: StreamOptions): Stream.Stream<Uint8Array> =>
   Stream.unwrapScoped(Effect.gen(function*() {
     const { head, hub, id, metrics, response, signals, viewer } = options
+    const event = (frame: ProtocolFrame, seq?: number) => {
+      metrics.frameOut("sse")
+      return eventOf(frame, seq)
+    }
     const final = yield* Deferred.make<ProtocolFrame>()
     let finished = false
     const finish = (frame: ProtocolFrame) => {
@@ -194,7 +198,7 @@ const eventStream = (options: StreamOptions): Stream.Stream<Uint8Array> =>
     const activityEvent = (activity: Activity) => {
       last = activity.seq
       known = Math.max(known, activity.seq)
-      return eventOf(frameOf(activity, viewer), activity.seq)
+      return event(frameOf(activity, viewer), activity.seq)
     }
 
     /** Activities from `last` on as `open` gives them; a hub failure is told, waited out and resumed from `last`. */
@@ -205,7 +209,7 @@ const eventStream = (options: StreamOptions): Stream.Stream<Uint8Array> =>
           const retryAfterMs = error.retry_after_ms ?? HUB_RETRY_MS
           return Stream.concat(
             Stream.sync(() =>
-              eventOf(errorFrame("replay_unavailable", "the conversation cannot be read now; retrying", {
+              event(errorFrame("replay_unavailable", "the conversation cannot be read now; retrying", {
                 details: { watermark: last },
                 retryAfterMs
               }))
@@ -220,7 +224,7 @@ const eventStream = (options: StreamOptions): Stream.Stream<Uint8Array> =>
       ? Stream.concat(
         Stream.sync(() => {
           last = head
-          return eventOf(errorFrame("invalid_watermark", "the watermark is above the conversation's head; continuing live", {
+          return event(errorFrame("invalid_watermark", "the watermark is above the conversation's head; continuing live", {
             details: { watermark: head }
           }))
         }),
@@ -233,7 +237,7 @@ const eventStream = (options: StreamOptions): Stream.Stream<Uint8Array> =>
           const frame = replayTruncatedFrame(last)
           // The rest up to the head is paged over REST; live from the head on.
           last = head
-          return eventOf(frame)
+          return event(frame)
         })
       ).pipe(Stream.concat(follow))
       : follow
@@ -245,20 +249,38 @@ const eventStream = (options: StreamOptions): Stream.Stream<Uint8Array> =>
         metrics.droppedEphemeral("sse")
         return false
       }),
-      Stream.map((signal) => eventOf(signalFrame(signal, viewer)))
+      Stream.map((signal) => event(signalFrame(signal, viewer)))
     )
     const heartbeats = Stream.tick(Duration.millis(options.heartbeatMs)).pipe(
       Stream.drop(1),
-      Stream.map(() => eventOf(heartbeatFrame(known)))
+      Stream.map(() => event(heartbeatFrame(known)))
     )
 
     const events = Stream.mergeAll([activities, signalEvents, heartbeats], { concurrency: 3 }).pipe(
       Stream.interruptWhen(Deferred.await(final)),
-      Stream.concat(Stream.fromEffect(Effect.map(Deferred.await(final), (frame) => eventOf(frame)))),
-      Stream.tap(() => Effect.sync(() => metrics.frameOut("sse")))
+      Stream.concat(Stream.fromEffect(Effect.map(Deferred.await(final), (frame) => event(frame))))
     )
-    return Stream.concat(Stream.sync(() => encoder.encode(`retry: ${RETRY_MS}\n\n`)), events)
+    return batched(Stream.concat(Stream.sync(() => encoder.encode(`retry: ${RETRY_MS}\n\n`)), events))
   }))
+
+/** Bytes of events joined into one write while the response is busy (a single larger event goes alone). */
+const BATCH_BYTES = 64 * 1024
+
+/**
+ * Joins the events that arrive while the response waits for its socket into one write, so a replay
+ * is written a batch at a time rather than an event at a time. Nothing waits for a batch to fill: an
+ * idle response takes each event as it comes.
+ */
+const batched = <E>(events: Stream.Stream<Uint8Array, E>): Stream.Stream<Uint8Array, E> =>
+  events.pipe(
+    Stream.aggregate(Sink.foldWeighted({
+      initial: Chunk.empty<Uint8Array>(),
+      maxCost: BATCH_BYTES,
+      cost: (_, bytes) => bytes.byteLength,
+      body: (batch, bytes) => Chunk.append(batch, bytes)
+    })),
+    Stream.map((batch) => Chunk.size(batch) === 1 ? Chunk.unsafeHead(batch) : Buffer.concat(Chunk.toReadonlyArray(batch)))
+  )
 
 /**
  * Ends the stream with `slow_consumer` when the client took nothing for a whole heartbeat interval
