@@ -298,6 +298,16 @@ layer(
       }))
   })
 
+  describe("documented", () => {
+    it.effect("the OpenAPI document shows the stream as text/event-stream with its errors", () =>
+      Effect.gen(function*() {
+        const document = (yield* request("GET", "/api/v1/openapi.json")).body
+        const operation = document.paths["/api/v1/chat/conversations/{conversation_id}/events"].get
+        expect(Object.keys(operation.responses["200"].content)).toEqual(["text/event-stream"])
+        expect(Object.keys(operation.responses)).toEqual(expect.arrayContaining(["400", "401", "403", "404", "503"]))
+      }))
+  })
+
   describe("metrics", () => {
     it.scoped("parley_open_sse_streams counts open streams", () =>
       Effect.gen(function*() {

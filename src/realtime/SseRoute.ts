@@ -76,7 +76,6 @@ const conversationPath = HttpLayerRouter.schemaPathParams(Schema.Struct({ conver
   Effect.mapError(() => new BadRequest({ message: "malformed conversation id" }))
 )
 
-
 /**
  * `GET /api/v1/chat/conversations/:conversation_id/events`: authenticated, admitted and resolved
  * before the stream starts (errors are envelopes), then `retry`, the replay from the resume position
