@@ -86,7 +86,8 @@ layer(
         yield* post(token, id, "from alice")
         const unscoped = yield* generateToken(channel.secret, {})
         const asAlice = yield* openStream(eventsPath(id, "?userId=alice"), { authorization: `Bearer ${unscoped}` })
-        const asOther = yield* openStream(eventsPath(id), { authorization: `Bearer ${unscoped}` })
+        // The header wins over a ?token= beside it.
+        const asOther = yield* openStream(eventsPath(id, "?token=garbage"), { authorization: `Bearer ${unscoped}` })
         expect((yield* eventsOf(asAlice, isActivity))[0]!.data.from).toBe("user")
         expect((yield* eventsOf(asOther, isActivity))[0]!.data.from).toBe("bot")
       }))
@@ -226,6 +227,9 @@ layer(
         expect(patched.status).toBe(200)
         yield* endOf(stream)
         expect(stream.events.at(-1)).toMatchObject({ event: "error", data: { code: "channel_inactive" } })
+        const refused = yield* openStream(eventsPath(id, `?token=${token}`))
+        yield* endOf(refused)
+        expect([refused.status, refused.body().error.code]).toEqual([403, "channel_inactive"])
       }))
   })
 
@@ -344,6 +348,9 @@ layer(Layer.empty, { excludeTestServices: true })("SSE on a node of the test's o
       const expiring = yield* run(openStream(eventsPath(id, `?token=${token}`)))
       yield* run(endOf(expiring))
       expect(expiring.events.at(-1)).toMatchObject({ event: "error", data: { code: "token_expired" } })
+      const late = yield* run(openStream(eventsPath(id, `?token=${token}`)))
+      yield* run(endOf(late))
+      expect([late.status, late.body().error.code]).toEqual([401, "token_expired"])
 
       const fresh = yield* run(startConversation(channel.secret))
       const open = yield* run(openStream(eventsPath(fresh.id, `?token=${fresh.token}`)))
