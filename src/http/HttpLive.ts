@@ -43,6 +43,7 @@ import { LiveConnections } from "../realtime/LiveConnections.js"
 import { RealtimeMetrics } from "../realtime/RealtimeMetrics.js"
 import { SocketBindingsLive } from "../realtime/SocketBindingsLive.js"
 import { SocketEndpoints, SocketRoutes, socketRoutes } from "../realtime/SocketEndpoints.js"
+import { SseRoute, sseRoutes } from "../realtime/SseRoute.js"
 
 const ApiRoutes = HttpLayerRouter.addHttpApi(ParleyApi).pipe(
   Layer.provide(Layer.mergeAll(
@@ -90,11 +91,12 @@ export const nodeRoutes: ReadonlyArray<RouteSpec> = [
   ...opsRoutes,
   ...deprecationsRoutes,
   ...uploadRoutes,
+  ...sseRoutes,
   ...socketRoutes
 ]
 
 /** Every route of the node behind the edge middleware. */
-const AppRoutes = Layer.mergeAll(ApiRoutes, LegacyRoutes, OpsRoutes, DeprecationsPage, UploadRoutes, SocketRoutes, OpenApiRoute, EdgeMiddleware).pipe(
+const AppRoutes = Layer.mergeAll(ApiRoutes, LegacyRoutes, OpsRoutes, DeprecationsPage, UploadRoutes, SseRoute, SocketRoutes, OpenApiRoute, EdgeMiddleware).pipe(
   Layer.provide(RouteTableLive(nodeRoutes))
 )
 
