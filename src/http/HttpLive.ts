@@ -117,9 +117,10 @@ const RouteServices = ClientTokens.Default.pipe(Layer.provideMerge(Layer.mergeAl
 
 /** The live connections and the socket endpoints, over the route services. */
 const RealtimeServices = SocketEndpoints.Default.pipe(
+  // Before the live connections: the bindings refresh tokens in band through them.
+  Layer.provide(SocketBindingsLive),
   Layer.provideMerge(LiveConnections.Default),
   Layer.provideMerge(RealtimeMetrics.Default),
-  Layer.provide(SocketBindingsLive),
   Layer.provideMerge(RouteServices)
 )
 
