@@ -144,9 +144,12 @@ export const makePhoenixSession = (dialect: PhoenixDialect) =>
               Stream.runForEach((signal) => Effect.sync(() => onSignal(topic, at, signal)))
             )
             const viewing = principal.userId === null ? Effect.void : signals.view(conversationId, principal.userId)
-            return Effect.zipRight(
-              viewing,
-              Effect.all([Effect.forever(activities), signalled], { concurrency: "unbounded", discard: true })
+            // Who is here now: later changes arrive as signals.
+            const present = Effect.flatMap(signals.viewers(conversationId), (viewers) =>
+              Effect.sync(() => onSignal(topic, at, { _tag: "Presence", viewers })))
+            return viewing.pipe(
+              Effect.zipRight(present),
+              Effect.zipRight(Effect.all([Effect.forever(activities), signalled], { concurrency: "unbounded", discard: true }))
             )
           }).pipe(Effect.scoped)
 
