@@ -1,12 +1,13 @@
 import { describe, expect, layer } from "@effect/vitest"
-import { Effect } from "effect"
+import { Context, Effect, Layer } from "effect"
 import { encodeWatermark } from "../src/domain/Watermark.js"
 import { Lifecycle } from "../src/ops/Lifecycle.js"
 import { LiveConnections } from "../src/realtime/LiveConnections.js"
 import { chat, generateToken, tenantWithChannel } from "./support/ClientApi.js"
 import { insertChannel, insertConversation } from "./support/Fixtures.js"
 import { eventsOf, join, leave, phoenixSocket, push, type RawClient, rawSocket, replyTo, until, upgradeAnswer } from "./support/PhoenixClients.js"
-import { query } from "./support/TestDatabase.js"
+import { type TcpProxy, tcpProxy } from "./support/TcpProxy.js"
+import { query, TestDatabase, TestDatabaseLive } from "./support/TestDatabase.js"
 import { createTenant, TestNodeLive } from "./support/TestNode.js"
 
 const ENV = {
@@ -443,3 +444,54 @@ layer(TestNodeLive({ ...ENV, RATE_LIMITS: JSON.stringify({ activity_create: { li
       }).pipe(Effect.scoped))
   }
 )
+
+/** A node whose database connections pass a proxy the test can cut or freeze. */
+class Proxy extends Context.Tag("test/PhoenixProxy")<Proxy, TcpProxy>() {}
+const NodeBehindProxy = Layer.unwrapScoped(Effect.gen(function*() {
+  const db = yield* TestDatabase
+  const url = new URL(db.url!)
+  const proxy = yield* tcpProxy({ host: url.hostname, port: Number(url.port || 5432) })
+  url.host = `127.0.0.1:${proxy.port}`
+  return Layer.merge(TestNodeLive({ ...ENV, DATABASE_URL: url.toString() }), Layer.succeed(Proxy, proxy))
+})).pipe(Layer.provide(TestDatabaseLive))
+
+layer(NodeBehindProxy, { excludeTestServices: true })("Phoenix binding, database unavailable", (it) => {
+  it.effect("a join while the database is down is refused unavailable with retry_after_ms; the socket stays and joins once it is back", () =>
+    Effect.gen(function*() {
+      const proxy = yield* Proxy
+      const { id, token } = yield* conversation()
+      const client = yield* rawSocket("/socket/chat/websocket", { token })
+      client.send(JSON.stringify([null, "h", "phoenix", "heartbeat", {}]))
+      expect((yield* replyTo(client, "h")).status).toBe("ok")
+      proxy.refuse()
+      client.send(JSON.stringify(["1", "1", topicOf(id), "phx_join", {}]))
+      expect(yield* replyTo(client, "1")).toEqual({ status: "error", response: { reason: "unavailable", retry_after_ms: expect.any(Number) } })
+      proxy.restore()
+      let answer = { status: "error" }
+      for (let i = 2; answer.status !== "ok" && i < 40; i++) {
+        yield* Effect.sleep("500 millis")
+        client.send(JSON.stringify([String(i), String(i), topicOf(id), "phx_join", {}]))
+        answer = yield* replyTo(client, String(i))
+      }
+      expect(answer.status).toBe("ok")
+    }).pipe(Effect.scoped), { timeout: 60_000 })
+
+  it.effect("33 sends left unanswered (the database frozen): the 33rd is refused too_many_in_flight", () =>
+    Effect.gen(function*() {
+      const proxy = yield* Proxy
+      const { id, token } = yield* conversation()
+      const client = yield* rawSocket("/socket/chat/websocket", { token })
+      client.send(JSON.stringify(["j", "j", topicOf(id), "phx_join", {}]))
+      expect((yield* replyTo(client, "j")).status).toBe("ok")
+      proxy.freeze()
+      yield* Effect.addFinalizer(() => Effect.sync(() => proxy.restore()))
+      for (let i = 1; i <= 33; i++) {
+        if (i % 15 === 0) yield* Effect.sleep("1100 millis")
+        client.send(JSON.stringify(["j", `p${i}`, topicOf(id), "postActivity", { text: `m${i}`, clientId: `c${i}` }]))
+      }
+      expect(yield* replyTo(client, "p33")).toEqual({ status: "error", response: { reason: "too_many_in_flight" } })
+      // The 32 before it are still unanswered.
+      expect(client.messages.filter((m) => m[3] === "phx_reply" && m[1] !== "j")).toHaveLength(1)
+      proxy.restore()
+    }).pipe(Effect.scoped), { timeout: 60_000 })
+})
