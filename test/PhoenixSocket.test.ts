@@ -1,5 +1,6 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Context, Effect, Layer } from "effect"
+import type { Socket as TcpSocket } from "node:net"
 import { encodeWatermark } from "../src/domain/Watermark.js"
 import { Lifecycle } from "../src/ops/Lifecycle.js"
 import { LiveConnections } from "../src/realtime/LiveConnections.js"
@@ -300,6 +301,28 @@ layer(TestNodeLive(ENV), { excludeTestServices: true })("Phoenix binding", (it) 
         expect((yield* replyTo(client, "again")).status).toBe("ok")
         expect(client.messages).toContainEqual(["j0", null, topicOf(ids[0]!), "phx_close", {}])
       }).pipe(Effect.scoped))
+
+    it.effect("a client that stops reading is closed 4503 slow_consumer once 1000 frames wait unflushed", () =>
+      Effect.gen(function*() {
+        const { id, token } = yield* conversation()
+        const big = "x".repeat(60_000)
+        yield* Effect.forEach(Array.from({ length: 100 }), () => restPost(token, id, big), { concurrency: 10, discard: true })
+        const client = yield* rawSocket("/socket/chat/websocket", { token })
+        client.send(JSON.stringify(["j", "j", topicOf(id), "phx_join", { watermark: 100 }]))
+        expect((yield* replyTo(client, "j")).status).toBe("ok")
+        const tcp = (client.ws as any)._socket as TcpSocket
+        tcp.pause()
+        // Four sync answers of ~6 MB each fill the kernel's buffers, so later frames wait in the node.
+        for (let i = 0; i < 4; i++) client.send(JSON.stringify(["j", `s${i}`, topicOf(id), "sync", { watermark: 0 }]))
+        yield* Effect.forEach(Array.from({ length: 1100 }, (_, i) => i), (i) => restPost(token, id, `small ${i}`), { concurrency: 20, discard: true })
+        tcp.resume()
+        const closed = yield* Effect.promise(() => client.closed)
+        expect(closed.code).toBe(4503)
+        expect(JSON.parse(closed.reason)).toEqual({ reason: "slow_consumer", retryAfterMs: expect.any(Number) })
+        // What did arrive came in order, without a gap.
+        const seqs = client.messages.filter((m) => m[3] === "activitySet").flatMap((m) => m[4].activities.map((a: any) => a.seq))
+        expect(seqs).toEqual(Array.from({ length: seqs.length }, (_, i) => i + 101))
+      }).pipe(Effect.scoped), { timeout: 120_000 })
   })
 
   describe("bad input", () => {
