@@ -85,7 +85,7 @@ layer(TestNodeLive(ENV), { excludeTestServices: true })("Phoenix binding", (it) 
         const bobChannel = bob.socket.channel(topic, { watermark: encodeWatermark(3) })
         expect((yield* join(bobChannel)).status).toBe("ok")
         expect(yield* push(bobChannel, "postActivity", { text: "four" })).toMatchObject({ status: "ok", response: { seq: 4 } })
-        yield* until(() => seqsOn(alice, topic).includes(4), "alice hears four")
+        yield* until(() => seqsOn(alice, topic).includes(4) && seqsOn(bob, topic).includes(4), "both hear four")
         expect(textsOn(alice, topic)).toEqual(["one", "two", "three", "four"])
         expect(seqsOn(bob, topic)).toEqual([4])
 
