@@ -499,6 +499,31 @@ layer(NodeBehindProxy, { excludeTestServices: true })("Phoenix binding, database
       expect(answer.status).toBe("ok")
     }).pipe(Effect.scoped), { timeout: 60_000 })
 
+  it.effect("the live feed failing while joined: event error replay_unavailable with the watermark, the socket stays joined and resumes", () =>
+    Effect.gen(function*() {
+      const proxy = yield* Proxy
+      const { id, token } = yield* conversation()
+      yield* restPost(token, id, "one")
+      const client = yield* rawSocket("/socket/chat/websocket", { token })
+      // The hub's first read of the conversation's head loses its answer: the feed fails after the join.
+      proxy.loseAnswerTo("SELECT id, head_seq FROM conversations")
+      client.send(JSON.stringify(["j", "j", topicOf(id), "phx_join", {}]))
+      expect((yield* replyTo(client, "j")).status).toBe("ok")
+      yield* until(() => client.messages.some((m) => m[3] === "error"), "the replay_unavailable event")
+      expect(client.messages.find((m) => m[3] === "error")).toEqual([
+        "j",
+        null,
+        topicOf(id),
+        "error",
+        { code: "replay_unavailable", watermark: encodeWatermark(1), retry_after_ms: expect.any(Number) }
+      ])
+      yield* restPost(token, id, "two")
+      const sets = () => client.messages.filter((m) => m[3] === "activitySet").flatMap((m) => m[4].activities.map((a: any) => a.seq))
+      yield* until(() => sets().includes(2), "the feed resumed")
+      expect(sets()).toEqual([1, 2])
+      expect(client.ws.readyState).toBe(1)
+    }).pipe(Effect.scoped), { timeout: 60_000 })
+
   it.effect("33 sends left unanswered (the database frozen): the 33rd is refused too_many_in_flight", () =>
     Effect.gen(function*() {
       const proxy = yield* Proxy
