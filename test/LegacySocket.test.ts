@@ -1,5 +1,6 @@
 import { expect, layer } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Layer, Logger } from "effect"
+import { chat, generateToken, tenantWithChannel } from "./support/ClientApi.js"
 import { tenantApi, tenantWithConversation } from "./support/Fixtures.js"
 import { eventsOf, join, phoenixSocket, push, rawSocket, replyTo, until } from "./support/PhoenixClients.js"
 import { request, TestNodeLive } from "./support/TestNode.js"
@@ -43,7 +44,35 @@ const LEGACY_KEYS = [
   "type"
 ]
 
-layer(TestNodeLive(ENV), { excludeTestServices: true })("legacy socket /socket/websocket", (it) => {
+/** The deprecation warnings the node logged: their annotations. */
+const warnings: Array<Record<string, unknown>> = []
+const capture = Logger.make(({ annotations, message }) => {
+  if (Array.isArray(message) && message[0] === "deprecated API used") warnings.push(Object.fromEntries(annotations))
+})
+
+layer(TestNodeLive({ ...ENV, LOG_LEVEL: "warning" }).pipe(Layer.provide(Logger.add(capture))), { excludeTestServices: true })("legacy socket /socket/websocket", (it) => {
+  it.effect("a connection logs the deprecation warning for its channel (once a minute per channel, as every deprecated surface)", () =>
+    Effect.gen(function*() {
+      // A client-API token: the channel's first deprecated use is the socket itself.
+      const { channel } = yield* tenantWithChannel
+      const created = yield* chat("POST", "/conversations", { bearer: yield* generateToken(channel.secret, { user: { id: "u" } }) })
+      const token = created.body.token as string
+      const ofChannel = () => warnings.filter((w) => w["channel_id"] === channel.id)
+      const first = yield* rawSocket("/socket/websocket", { token })
+      first.send(JSON.stringify([null, "h", "phoenix", "heartbeat", {}]))
+      expect((yield* replyTo(first, "h")).status).toBe("ok")
+      expect(ofChannel()).toEqual([{ surface: "legacy socket /socket/websocket", channel_id: channel.id }])
+      const second = yield* rawSocket("/socket/websocket", { token })
+      second.send(JSON.stringify([null, "h", "phoenix", "heartbeat", {}]))
+      expect((yield* replyTo(second, "h")).status).toBe("ok")
+      expect(ofChannel()).toHaveLength(1)
+      // The new binding logs nothing.
+      const current = yield* rawSocket("/socket/chat/websocket", { token })
+      current.send(JSON.stringify([null, "h", "phoenix", "heartbeat", {}]))
+      expect((yield* replyTo(current, "h")).status).toBe("ok")
+      expect(ofChannel()).toHaveLength(1)
+    }).pipe(Effect.scoped))
+
   it.effect("the legacy token joins conversation:<id> from last_activity_id; activities arrive as new_activity in the legacy names; new_activity posts with idempotency_key", () =>
     Effect.gen(function*() {
       const { channel, conversationId, key } = yield* tenantWithConversation

@@ -17,6 +17,8 @@ export interface PhoenixDialect {
   readonly positionKey: string
   /** The position as the conversation service reads it: any accepted watermark form, or undefined to start at the beginning. */
   readonly positionOf: (value: unknown) => string | undefined
+  /** A position as this binding's events carry it (the `watermark` of `replay_unavailable`). */
+  readonly watermarkOf: (seq: number) => string | number
   readonly postEvent: string
   /** The key of the idempotency key in the post payload. */
   readonly clientIdKey: string
@@ -50,6 +52,7 @@ export const PhoenixNames: PhoenixDialect = {
   channelTopic: "chat:channel:",
   positionKey: "watermark",
   positionOf: watermarkText,
+  watermarkOf: encodeWatermark,
   postEvent: "postActivity",
   clientIdKey: "clientId",
   activityEvent: "activitySet",
@@ -92,6 +95,7 @@ export const LegacyNames: PhoenixDialect = {
   channelTopic: null,
   positionKey: "last_activity_id",
   positionOf: legacyPosition,
+  watermarkOf: (seq) => seq,
   postEvent: "new_activity",
   clientIdKey: "idempotency_key",
   activityEvent: "new_activity",

@@ -13,7 +13,7 @@ import { decodeWatermark } from "../../domain/Watermark.js"
 import { activityInputOf } from "../../http/ClientActivityWire.js"
 import { RateLimiter } from "../../ratelimit/RateLimiter.js"
 import { ConversationHub } from "../ConversationHub.js"
-import { ConversationSignals, type Signal } from "../ConversationSignals.js"
+import { ConversationSignals, Signal } from "../ConversationSignals.js"
 import { LiveConnections } from "../LiveConnections.js"
 import type { ClientSocket } from "../SocketEndpoints.js"
 import { type FrameKind, SOCKET_LIMITS } from "../SocketLink.js"
@@ -134,7 +134,7 @@ export const makePhoenixSession = (dialect: PhoenixDialect) =>
                     ref: null,
                     topic,
                     event: "error",
-                    payload: { code: "replay_unavailable", watermark: positionText(last), retry_after_ms: retryAfterMs }
+                    payload: { code: "replay_unavailable", watermark: dialect.watermarkOf(last), retry_after_ms: retryAfterMs }
                   })
                   return Effect.sleep(Duration.millis(retryAfterMs))
                 })
@@ -146,19 +146,12 @@ export const makePhoenixSession = (dialect: PhoenixDialect) =>
             const viewing = principal.userId === null ? Effect.void : signals.view(conversationId, principal.userId)
             // Who is here now: later changes arrive as signals.
             const present = Effect.flatMap(signals.viewers(conversationId), (viewers) =>
-              Effect.sync(() => onSignal(topic, at, { _tag: "Presence", viewers })))
+              Effect.sync(() => onSignal(topic, at, Signal.Presence({ viewers }))))
             return viewing.pipe(
               Effect.zipRight(present),
               Effect.zipRight(Effect.all([Effect.forever(activities), signalled], { concurrency: "unbounded", discard: true }))
             )
           }).pipe(Effect.scoped)
-
-        /** The watermark of a position in the binding's own form (the opaque one for `phoenix`). */
-        const positionText = (seq: number) => {
-          const payloads = dialect.activityPayloads([], seq, false)
-          const set = payloads[0]
-          return set !== undefined && "watermark" in set ? set["watermark"] : seq
-        }
 
         const onSignal = (topic: string, at: Joined, signal: Signal) => {
           const event = (name: string, payload: Response, kind: FrameKind) =>
