@@ -540,6 +540,12 @@ layer(NodeBehindProxy, { excludeTestServices: true })("Phoenix binding, database
       expect(yield* replyTo(client, "p33")).toEqual({ status: "error", response: { reason: "too_many_in_flight" } })
       // The 32 before it are still unanswered.
       expect(client.messages.filter((m) => m[3] === "phx_reply" && m[1] !== "j")).toHaveLength(1)
+      // Left without an answer, a send is answered unavailable: re-sent with its clientId, it is not stored twice.
+      yield* until(() => client.messages.some((m) => m[1] === "p1"), "the first send's answer", 40_000)
+      expect(client.messages.find((m) => m[1] === "p1")![4]).toEqual({
+        status: "error",
+        response: { reason: "unavailable", retry_after_ms: expect.any(Number) }
+      })
       proxy.restore()
     }).pipe(Effect.scoped), { timeout: 60_000 })
 })

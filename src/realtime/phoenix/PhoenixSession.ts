@@ -44,6 +44,9 @@ const refusedBy = (error: WireError & { readonly _tag: string }): Reply => {
       const details = error.wireDetails ?? {}
       return refused(error.code, { retry_after_ms: typeof details["retry_after_ms"] === "number" ? details["retry_after_ms"] : RESUME_AFTER_MS })
     }
+    case "OutcomeUnknown":
+      // The spec's reasons for a send: `unavailable`; the client re-sends with its clientId, stored at most once.
+      return refused("unavailable", { retry_after_ms: RESUME_AFTER_MS })
     case "InsufficientPermission":
       return refused(error.code, { required: error.wireDetails?.["required"] ?? [] })
     default:
