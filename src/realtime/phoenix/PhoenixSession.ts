@@ -5,7 +5,6 @@ import { Conversations, type ConversationScope } from "../../conversations/Conve
 import { postActivity } from "../../conversations/PostActivity.js"
 import type { Activity } from "../../domain/Activity.js"
 import type { WireError } from "../../domain/ApiError.js"
-import type { ChannelId } from "../../domain/Channel.js"
 import type { Permission } from "../../domain/ClientToken.js"
 import { type ConversationId, conversationIdOf } from "../../domain/Conversation.js"
 import { isUuid } from "../../domain/Uuid.js"
@@ -224,7 +223,7 @@ export const makePhoenixSession = (dialect: PhoenixDialect) =>
             if (principal.kind !== "channel" || principal.channelId !== rawId.toLowerCase()) return reply(message, refused("forbidden"))
             const missing = lacks("read")
             if (missing !== undefined) return reply(message, missing)
-            const channel = yield* Effect.either(channels.get(principal.tenantId, principal.channelId as ChannelId))
+            const channel = yield* Effect.either(channels.get(principal.tenantId, principal.channelId))
             if (Either.isLeft(channel)) return reply(message, refusedBy(channel.left))
             if (channel.right.type !== "websocket") return reply(message, refused("unsupported_channel_type"))
             yield* take(message, { joinRef: message.joinRef, conversationId: null })
