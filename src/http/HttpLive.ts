@@ -152,5 +152,6 @@ const ServerLive = Layer.unwrapEffect(
 export const HttpLive = DrainLive.pipe(
   Layer.provide(HttpLayerRouter.serve(AppRoutes, { disableLogger: true, disableListenLog: true })),
   Layer.provide(ServerLive),
-  Layer.provide(RealtimeServices)
+  // Merged into the output, so in-process test nodes can drain their sockets.
+  Layer.provideMerge(RealtimeServices)
 )
