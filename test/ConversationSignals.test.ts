@@ -1,18 +1,15 @@
 import { describe, expect, layer } from "@effect/vitest"
-import { ConfigProvider, Context, Effect, Exit, Layer, Scope, Stream } from "effect"
+import { Context, Effect, Exit, Layer, Scope, Stream } from "effect"
 import { Sharding } from "@effect/cluster"
 import { ConversationSignalsEntity } from "../cluster/ConversationSignalsEntity.js"
 import { ConversationSignalsLive } from "../cluster/ConversationSignalsLive.js"
-import { AppConfig } from "../src/config/AppConfig.js"
 import { ReadPositions } from "../src/conversations/ReadPositions.js"
 import { ConversationId } from "../src/domain/Conversation.js"
-import { LeanAppendRoute } from "../src/http/AppendRoute.js"
-import { LoggingLive, NodeLive } from "../src/NodeLive.js"
 import { ConversationSignals, type Signal } from "../src/realtime/ConversationSignals.js"
 import { eventually } from "./support/Eventually.js"
 import { ownerPort } from "./support/ShardOwner.js"
-import { serverUrl, TestDatabase } from "./support/TestDatabase.js"
-import { ADMIN_TOKEN, freePorts, TestNodeLive } from "./support/TestNode.js"
+import { serverUrl } from "./support/TestDatabase.js"
+import { freePorts, inProcessNode, TestNodeLive } from "./support/TestNode.js"
 
 const clusterEnv = {
   CLUSTER_SHARD_LOCK_EXPIRATION_MS: "4000",
@@ -39,30 +36,9 @@ const lastPresence = (seen: ReadonlyArray<Signal>) => presences(seen).at(-1)
  */
 const secondNode = (scope: Scope.Scope, runnerPort: number) =>
   Effect.gen(function*() {
-    const db = yield* TestDatabase
     const [port] = yield* freePorts(1)
-    const provider = ConfigProvider.fromMap(
-      new Map(Object.entries({
-        PORT: String(port),
-        CLUSTER_RUNNER_PORT: String(runnerPort),
-        HOST: "127.0.0.1",
-        DATA_DIR: db.dataDir,
-        ADMIN_API_TOKEN: ADMIN_TOKEN,
-        DRAIN_REFUSE_MS: "0",
-        LOG_LEVEL: "none",
-        DATABASE_URL: db.url!,
-        ...clusterEnv
-      }))
-    )
-    const context = yield* Layer.buildWithScope(
-      NodeLive.pipe(
-        Layer.provide(LoggingLive),
-        Layer.provide(AppConfig.Default),
-        Layer.provide(Layer.succeed(LeanAppendRoute, true)),
-        Layer.provide(Layer.setConfigProvider(provider))
-      ),
-      scope
-    )
+    const node = yield* inProcessNode({ port, runnerPort }, clusterEnv)
+    const context = yield* Layer.buildWithScope(node, scope)
     return Context.get(context, ConversationSignals)
   })
 

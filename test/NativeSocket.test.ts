@@ -2,7 +2,6 @@ import { describe, expect, it, layer } from "@effect/vitest"
 import { Effect, Fiber } from "effect"
 import { createConnection } from "node:net"
 import { pack } from "msgpackr"
-import Pg from "pg"
 import { chat, generateToken, tenantWithChannel } from "./support/ClientApi.js"
 import { eventually } from "./support/Eventually.js"
 import { insertChannel, insertConversation } from "./support/Fixtures.js"
@@ -16,7 +15,7 @@ import {
   socketUrl,
   tryConnect
 } from "./support/NativeClient.js"
-import { query, TestDatabase, TestDatabaseLive } from "./support/TestDatabase.js"
+import { holdTable, query, TestDatabase, TestDatabaseLive } from "./support/TestDatabase.js"
 import { spawnNode } from "./support/NodeProcess.js"
 import { ADMIN_TOKEN, createTenant, request, TestNode, TestNodeLive } from "./support/TestNode.js"
 
@@ -26,20 +25,6 @@ const BASE_ENV = {
   TRUSTED_PROXIES: "127.0.0.1/32",
   RATE_LIMITS: JSON.stringify({ activity_create: { limit: 10000, scale_ms: 1000 } })
 }
-
-/** Holds `table` locked (reads wait too) in a transaction of its own until the scope closes. */
-const holdTableLocked = (table: string) =>
-  Effect.flatMap(TestDatabase, ({ url }) => {
-    const holder = new Pg.Client({ connectionString: url! })
-    return Effect.acquireRelease(
-      Effect.promise(async () => {
-        await holder.connect()
-        await holder.query("BEGIN")
-        await holder.query(`LOCK TABLE ${table} IN ACCESS EXCLUSIVE MODE`)
-      }),
-      () => Effect.promise(() => holder.query("ROLLBACK").then(() => holder.end()))
-    )
-  })
 
 const baseUrl = Effect.map(TestNode, (node) => node.baseUrl)
 
@@ -391,7 +376,7 @@ layer(TestNodeLive(BASE_ENV), { excludeTestServices: true })("native socket", (i
         yield* Effect.sleep("1100 millis")
         const answers = yield* Effect.scoped(Effect.gen(function*() {
           // Appends wait for that look-up meanwhile: every send stays unanswered.
-          yield* holdTableLocked("participants")
+          yield* holdTable("participants")
           for (let i = 0; i < 33; i++) {
             // 20 frames a second per socket: the 21st waits for the next window.
             if (i === 20) yield* Effect.sleep("1100 millis")
@@ -660,7 +645,7 @@ layer(TestNodeLive({ ...BASE_ENV, DATABASE_STATEMENT_TIMEOUT_MS: "1000", SSE_HEA
         const { channel } = yield* tenantWithChannel
         const { token } = yield* startConversation(channel.secret)
         const client = yield* connect(yield* baseUrl, { token })
-        const answer = yield* Effect.scoped(Effect.zipRight(holdTableLocked("conversations"), hello(client)))
+        const answer = yield* Effect.scoped(Effect.zipRight(holdTable("conversations"), hello(client)))
         expect(answer).toMatchObject({ type: "error", code: "unavailable", retryAfterMs: expect.any(Number) })
         const closed = yield* closeOf(client)
         expect(closed.code).toBe(1013)
@@ -675,7 +660,7 @@ layer(TestNodeLive({ ...BASE_ENV, DATABASE_STATEMENT_TIMEOUT_MS: "1000", SSE_HEA
         yield* postText(token, id, "two")
         const client = yield* connect(yield* baseUrl, { token })
         const failed = yield* Effect.scoped(Effect.gen(function*() {
-          yield* holdTableLocked("activities")
+          yield* holdTable("activities")
           const welcome = yield* hello(client, 1)
           expect(welcome).toMatchObject({ type: "welcome", data: { headSeq: 2 } })
           return yield* client.next(isError("replay_unavailable"))

@@ -45,35 +45,48 @@ export const freePorts = (count: number) =>
 export const freePort = Effect.map(freePorts(1), (ports) => ports[0]!)
 
 /**
+ * The layers of a whole node in this process on the test file's database, listening on `port` with its
+ * runner on `runnerPort`; `env` adds to or overrides the test defaults.
+ */
+export const inProcessNode = (
+  ports: { readonly port: number; readonly runnerPort: number },
+  env: Record<string, string> = {},
+  options: { readonly leanAppendRoute?: boolean } = {}
+) =>
+  Effect.map(TestDatabase, (db) => {
+    const provider = ConfigProvider.fromMap(
+      new Map(Object.entries({
+        PORT: String(ports.port),
+        CLUSTER_RUNNER_PORT: String(ports.runnerPort),
+        HOST: "127.0.0.1",
+        DATA_DIR: db.dataDir,
+        ADMIN_API_TOKEN: ADMIN_TOKEN,
+        DRAIN_REFUSE_MS: "0",
+        LOG_LEVEL: "none",
+        WEBHOOK_ALLOWED_HOSTS: "127.0.0.1",
+        ...(db.url === undefined ? {} : { DATABASE_URL: db.url }),
+        ...env
+      }))
+    )
+    return NodeLive.pipe(
+      // As in main.ts, so that LOG_LEVEL applies to the node under test.
+      Layer.provide(LoggingLive),
+      Layer.provide(AppConfig.Default),
+      Layer.provide(Layer.succeed(LeanAppendRoute, options.leanAppendRoute ?? true)),
+      Layer.provide(Layer.setConfigProvider(provider))
+    )
+  })
+
+/**
  * A whole node in this process, on a free port and the test file's database. Without the lean
  * append route, appends take the router's way.
  */
 export const TestNodeLive = (env: Record<string, string> = {}, options: { readonly leanAppendRoute?: boolean } = {}) =>
   Layer.unwrapScoped(
     Effect.gen(function*() {
-      const db = yield* TestDatabase
       const [port, runnerPort] = yield* freePorts(2)
-      const provider = ConfigProvider.fromMap(
-        new Map(Object.entries({
-          PORT: String(port),
-          CLUSTER_RUNNER_PORT: String(runnerPort),
-          HOST: "127.0.0.1",
-          DATA_DIR: db.dataDir,
-          ADMIN_API_TOKEN: ADMIN_TOKEN,
-          DRAIN_REFUSE_MS: "0",
-          LOG_LEVEL: "none",
-          WEBHOOK_ALLOWED_HOSTS: "127.0.0.1",
-          ...(db.url === undefined ? {} : { DATABASE_URL: db.url }),
-          ...env
-        }))
-      )
-      return Layer.merge(NodeLive, Layer.succeed(TestNode, { baseUrl: `http://127.0.0.1:${port}` })).pipe(
-        // As in main.ts, so that LOG_LEVEL applies to the node under test.
-        Layer.provide(LoggingLive),
-        Layer.provide(AppConfig.Default),
-        Layer.provide(Layer.succeed(LeanAppendRoute, options.leanAppendRoute ?? true)),
-        Layer.provide(Layer.setConfigProvider(provider))
-      )
+      const node = yield* inProcessNode({ port, runnerPort }, env, options)
+      return Layer.merge(node, Layer.succeed(TestNode, { baseUrl: `http://127.0.0.1:${port}` }))
     })
   ).pipe(Layer.provideMerge(TestDatabaseLive))
 
