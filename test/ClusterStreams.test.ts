@@ -27,9 +27,10 @@ describe.skipIf(serverUrl === undefined)("listener streams across nodes", () => 
         const ids = yield* Effect.forEach(Array.from({ length: 12 }), () => insertConversation(tenant.id, channel.id))
         const listener = yield* spawnNode("L", { DATABASE_URL: db.url!, ...clusterEnv, LISTEN_TO: ids.join(",") }, "test/support/ListenerNode.ts")
         const seen = (id: string, seq: number) => listener.output().includes(`seen ${id} ${seq}\n`)
-        // One activity each, through this node, reaches the listening node: its streams are live.
+        // One activity each, through this node, reaches the listening node: its streams are live. The
+        // waits leave room for a host loaded by the rest of the suite (a listener process then starts slowly).
         yield* Effect.forEach(ids, (id) => tenantApi(tenant.api_key, "POST", `/conversations/${id}/activities`, { text: "one" }))
-        yield* eventually(Effect.sync(() => ids.filter((id) => !seen(id, 1))), (missing) => missing.length === 0, { within: "20 seconds" })
+        yield* eventually(Effect.sync(() => ids.filter((id) => !seen(id, 1))), (missing) => missing.length === 0, { within: "60 seconds" })
         // The conversations this node owns, each followed from the listening node (and none of
         // ours from here: this process's hub has no listeners). Shards move to the new node for a
         // while after it starts: looked up until every shard is held and the counts agree.
@@ -48,7 +49,7 @@ describe.skipIf(serverUrl === undefined)("listener streams across nodes", () => 
         // Streams have ended and been followed again meanwhile: a second activity each still arrives.
         yield* Effect.sleep("2500 millis")
         yield* Effect.forEach(ids, (id) => tenantApi(tenant.api_key, "POST", `/conversations/${id}/activities`, { text: "two" }))
-        yield* eventually(Effect.sync(() => ids.filter((id) => !seen(id, 2))), (missing) => missing.length === 0, { within: "20 seconds" })
+        yield* eventually(Effect.sync(() => ids.filter((id) => !seen(id, 2))), (missing) => missing.length === 0, { within: "60 seconds" })
 
         listener.child.kill("SIGKILL")
         yield* Effect.promise(() => listener.exited)
