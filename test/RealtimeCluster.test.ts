@@ -1,5 +1,5 @@
 import { expect, layer } from "@effect/vitest"
-import { Context, Effect, Fiber, Layer } from "effect"
+import { Context, Effect, Fiber, Layer, Schedule } from "effect"
 import Pg from "pg"
 import type { Channel } from "phoenix"
 import WebSocket from "ws"
@@ -291,10 +291,14 @@ layer(ClusterLive.pipe(Layer.provideMerge(TestDatabaseLive)), { excludeTestServi
         yield* Effect.sleep("150 millis")
         b.child.kill("SIGTERM")
 
-        // Upgrades while B drains: refused 503 (tried until the node answers something else than "open").
-        const refusal = yield* upgradeAt(b.baseUrl, yield* token("ivan")).pipe(
-          Effect.repeat({ until: (answer) => answer !== "open", times: 50 })
+        // Once B says it drains (its refuse window), a new upgrade is refused 503 while its sockets are
+        // still open: refused by the drain, not by a server that stops.
+        const ivan = yield* token("ivan")
+        yield* Effect.promise(() => fetch(`${b.baseUrl}/health/ready`).then((r) => r.json() as Promise<{ status: string }>)).pipe(
+          Effect.repeat({ until: (ready) => ready.status === "draining", schedule: Schedule.spaced("10 millis") })
         )
+        const refusal = yield* upgradeAt(b.baseUrl, ivan)
+        expect(closes.some((timed) => timed.length === 0)).toBe(true)
         expect(refusal).toMatchObject({ status: 503, body: { error: { code: "unavailable", details: { reason: "draining" } } } })
 
         yield* Fiber.join(sender)
