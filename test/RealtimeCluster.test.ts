@@ -9,7 +9,7 @@ import { type NodeProcess, spawnNode } from "./support/NodeProcess.js"
 import { eventsOf, join, phoenixSocketAt, push, type Recorded, until } from "./support/PhoenixClients.js"
 import { openStreamAt, type SseConnection } from "./support/SseClient.js"
 import { TestDatabase, TestDatabaseLive } from "./support/TestDatabase.js"
-import { createTenant, manage, request, TestNode } from "./support/TestNode.js"
+import { createTenant, manage, type Reply, request, TestNode } from "./support/TestNode.js"
 
 /**
  * Issue 28's acceptance test: three real node processes on one database, each transport on another
@@ -103,6 +103,35 @@ const upgradeAt = (baseUrl: string, token: string) =>
     })
   )
 
+/**
+ * An HTTP exchange retried as a client does after a 503 (a conversation moving between nodes, while
+ * they share out their shards at start or after one stopped): after its retry_after_ms, at most 10 times.
+ */
+const retried503 = <R>(exchange: Effect.Effect<Reply, never, R>): Effect.Effect<Reply, never, R> =>
+  exchange.pipe(
+    Effect.filterOrFail((reply) => reply.status !== 503, (reply) => reply),
+    Effect.tapError((reply) => Effect.sleep(Number(reply.body?.error?.details?.retry_after_ms ?? 1000))),
+    Effect.retry({ times: 10 }),
+    Effect.catchAll((reply) => Effect.succeed(reply))
+  )
+
+/**
+ * Sends `frame` on a native socket until it is acked, re-sending it (same clientId) after an answer
+ * `unavailable` or `too_many_in_flight`, as a client does; the ack.
+ */
+const sendUntilAcked = (client: NativeClient, frame: { readonly clientId: string }) =>
+  Effect.gen(function*() {
+    for (let attempt = 0; attempt < 10; attempt++) {
+      const from = client.frames.length
+      client.send(frame)
+      const answer = yield* client.next((f) => f.clientId === frame.clientId, { from, within: 30_000 })
+      if (answer.type === "ack") return answer
+      if (answer.code !== "unavailable" && answer.code !== "too_many_in_flight") break
+      yield* Effect.sleep(Number(answer.retryAfterMs ?? 1000))
+    }
+    return yield* Effect.dieMessage(`${frame.clientId} never acked: ${JSON.stringify(client.frames.filter((f) => f.clientId === frame.clientId))}`)
+  })
+
 /** SQL on the test file's database, from this process. */
 const sql = <Row>(url: string, text: string, values: ReadonlyArray<unknown>) =>
   Effect.promise(async () => {
@@ -179,25 +208,15 @@ layer(ClusterLive.pipe(Layer.provideMerge(TestDatabaseLive)), { excludeTestServi
     it.effect("50 activities posted on A (client REST and tenant API, some concurrently) reach Phoenix on B, SSE on C and native on A in seq order, none missing or twice", () =>
       Effect.gen(function*() {
         const { a, aliceToken, apiKey, bob, carol, conversationId: id, dave } = yield* Cluster
-        // As a client does: a 503 (a conversation moving while the nodes share out their shards at
-        // start) is retried after its retry_after_ms with the same idempotency key.
         const post = (i: number) => {
           const headers = { "x-idempotency-key": `m${i}` }
-          const once = i % 5 === 0
-            ? on(a)(request("POST", `/api/v1/conversations/${id}/activities`, { body: { text: `m${i}` }, headers: { ...headers, "x-api-key": apiKey } }))
-            : on(a)(chat("POST", `/conversations/${id}/activities`, { bearer: aliceToken, body: { text: `m${i}` }, headers }))
-          return once.pipe(
-            Effect.flatMap((reply) =>
-              reply.status === 503
-                ? Effect.sleep(reply.body.error.details.retry_after_ms as number).pipe(Effect.zipRight(Effect.fail(reply)))
-                : Effect.succeed(reply)
-            ),
-            Effect.retry({ times: 10 }),
-            Effect.map((reply) => {
-              if (reply.status !== 200 && reply.status !== 201) throw new Error(`post m${i}: ${reply.status} ${JSON.stringify(reply.body)}`)
-            }),
-            Effect.orDie
-          )
+          return retried503(
+            i % 5 === 0
+              ? on(a)(request("POST", `/api/v1/conversations/${id}/activities`, { body: { text: `m${i}` }, headers: { ...headers, "x-api-key": apiKey } }))
+              : on(a)(chat("POST", `/conversations/${id}/activities`, { bearer: aliceToken, body: { text: `m${i}` }, headers }))
+          ).pipe(Effect.map((reply) => {
+            if (reply.status !== 200 && reply.status !== 201) throw new Error(`post m${i}: ${reply.status} ${JSON.stringify(reply.body)}`)
+          }))
         }
         yield* Effect.forEach(range(1, 20), post, { concurrency: 1 })
         yield* Effect.forEach(range(21, 50), post, { concurrency: 10 })
@@ -281,7 +300,7 @@ layer(ClusterLive.pipe(Layer.provideMerge(TestDatabaseLive)), { excludeTestServi
         const { a, b, bob, conversationId: id, databaseUrl, secret } = yield* Cluster
         const token = (user: string) => on(a)(generateToken(secret, { user: { id: user }, scope: "channel" }))
         // A conversation of its own for the cut-off sends, so that they can be counted.
-        const started = yield* on(a)(chat("POST", "/conversations", { bearer: yield* token("gina") }))
+        const started = yield* retried503(on(a)(chat("POST", "/conversations", { bearer: yield* token("gina") })))
         expect(started.status).toBe(201)
         const sendsId = started.body.conversationId as string
         const phoenix = yield* Effect.forEach(range(1, 4), (i) => Effect.flatMap(token(`p${i}`), (t) => joinedPhoenix(b, t, id)))
@@ -339,11 +358,7 @@ layer(ClusterLive.pipe(Layer.provideMerge(TestDatabaseLive)), { excludeTestServi
         // the id B answered when it did.
         const onB = new Map(gina.client.frames.filter((f) => f.clientId !== undefined).map((f) => [f.clientId as string, f]))
         const again = yield* helloNative(a, started.body.token as string, sendsId)
-        const acks = yield* Effect.forEach(sent, (frame) =>
-          Effect.sync(() => again.client.send(frame)).pipe(
-            Effect.zipRight(again.client.next((f) => f.type === "ack" && f.clientId === frame.clientId, { within: 30_000 })),
-            Effect.zipLeft(Effect.sleep("60 millis"))
-          ))
+        const acks = yield* Effect.forEach(sent, (frame) => sendUntilAcked(again.client, frame).pipe(Effect.zipLeft(Effect.sleep("60 millis"))))
         expect(new Set(acks.map((ack) => ack.id)).size).toBe(sent.length)
         for (const ack of acks) {
           const answer = onB.get(ack.clientId)
