@@ -21,28 +21,31 @@ export interface Recorded {
  * node; disconnected with the scope. Reconnects are slowed down so a test sees the close it caused.
  */
 export const phoenixSocket = (prefix: "/socket/chat" | "/socket", params: Record<string, string>) =>
-  Effect.flatMap(TestNode, ({ baseUrl }) =>
-    Effect.acquireRelease(
-      Effect.sync((): Recorded => {
-        const socket = new Socket(`${baseUrl.replace("http", "ws")}${prefix}`, {
-          transport: WebSocket as any,
-          params,
-          reconnectAfterMs: () => 60_000,
-          rejoinAfterMs: () => 60_000,
-          timeout: 5_000
-        })
-        const recorded: Recorded = { socket, messages: [], closes: [] }
-        socket.onMessage((message: any) => {
-          recorded.messages.push(message)
-        })
-        socket.onClose((event: any) => {
-          recorded.closes.push({ code: event.code, reason: event.reason })
-        })
-        socket.connect()
-        return recorded
-      }),
-      ({ socket }) => Effect.sync(() => socket.disconnect())
-    ))
+  Effect.flatMap(TestNode, ({ baseUrl }) => phoenixSocketAt(baseUrl, prefix, params))
+
+/** `phoenixSocket` on the node at `baseUrl` (a node process of a multi-node test). */
+export const phoenixSocketAt = (baseUrl: string, prefix: "/socket/chat" | "/socket", params: Record<string, string>) =>
+  Effect.acquireRelease(
+    Effect.sync((): Recorded => {
+      const socket = new Socket(`${baseUrl.replace("http", "ws")}${prefix}`, {
+        transport: WebSocket as any,
+        params,
+        reconnectAfterMs: () => 60_000,
+        rejoinAfterMs: () => 60_000,
+        timeout: 5_000
+      })
+      const recorded: Recorded = { socket, messages: [], closes: [] }
+      socket.onMessage((message: any) => {
+        recorded.messages.push(message)
+      })
+      socket.onClose((event: any) => {
+        recorded.closes.push({ code: event.code, reason: event.reason })
+      })
+      socket.connect()
+      return recorded
+    }),
+    ({ socket }) => Effect.sync(() => socket.disconnect())
+  )
 
 /** What `push` (a join or a push) was answered. */
 const answerOf = (push: ReturnType<Channel["push"]>) =>

@@ -30,63 +30,66 @@ export interface SseConnection {
 
 /** Opens `path` of the test node as an event stream; closed with the scope. */
 export const openStream = (path: string, headers: Record<string, string> = {}): Effect.Effect<SseConnection, never, Scope.Scope | TestNode> =>
-  Effect.flatMap(TestNode, ({ baseUrl }) =>
-    Effect.acquireRelease(
-      Effect.async<SseConnection>((resume) => {
-        const req = httpRequest(`${baseUrl}${path}`, { headers: { accept: "text/event-stream", ...headers } }, (response) => {
-          const events: Array<SseEvent> = []
-          const retries: Array<string> = []
-          let text = ""
-          let all = ""
-          let ended = false
-          response.setEncoding("utf8")
-          response.on("data", (chunk: string) => {
-            all += chunk
-            text += chunk
-            let cut = text.indexOf("\n\n")
-            while (cut >= 0) {
-              const block = text.slice(0, cut)
-              text = text.slice(cut + 2)
-              cut = text.indexOf("\n\n")
-              let event = "message"
-              let id: string | undefined
-              let data: string | undefined
-              for (const line of block.split("\n")) {
-                const colon = line.indexOf(":")
-                const field = line.slice(0, colon)
-                const value = line.slice(colon + 1).replace(/^ /, "")
-                if (field === "event") event = value
-                else if (field === "id") id = value
-                else if (field === "data") data = value
-                else if (field === "retry") retries.push(value)
-              }
-              if (data !== undefined) events.push({ event, id, data: safeJson(data) })
+  Effect.flatMap(TestNode, ({ baseUrl }) => openStreamAt(baseUrl, path, headers))
+
+/** `openStream` on the node at `baseUrl` (a node process of a multi-node test). */
+export const openStreamAt = (baseUrl: string, path: string, headers: Record<string, string> = {}): Effect.Effect<SseConnection, never, Scope.Scope> =>
+  Effect.acquireRelease(
+    Effect.async<SseConnection>((resume) => {
+      const req = httpRequest(`${baseUrl}${path}`, { headers: { accept: "text/event-stream", ...headers } }, (response) => {
+        const events: Array<SseEvent> = []
+        const retries: Array<string> = []
+        let text = ""
+        let all = ""
+        let ended = false
+        response.setEncoding("utf8")
+        response.on("data", (chunk: string) => {
+          all += chunk
+          text += chunk
+          let cut = text.indexOf("\n\n")
+          while (cut >= 0) {
+            const block = text.slice(0, cut)
+            text = text.slice(cut + 2)
+            cut = text.indexOf("\n\n")
+            let event = "message"
+            let id: string | undefined
+            let data: string | undefined
+            for (const line of block.split("\n")) {
+              const colon = line.indexOf(":")
+              const field = line.slice(0, colon)
+              const value = line.slice(colon + 1).replace(/^ /, "")
+              if (field === "event") event = value
+              else if (field === "id") id = value
+              else if (field === "data") data = value
+              else if (field === "retry") retries.push(value)
             }
-          })
-          const done = () => {
-            ended = true
+            if (data !== undefined) events.push({ event, id, data: safeJson(data) })
           }
-          response.on("end", done)
-          response.on("close", done)
-          response.on("error", done)
-          resume(Effect.succeed({
-            status: response.statusCode ?? 0,
-            headers: response.headers,
-            body: () => safeJson(all),
-            events,
-            retries,
-            raw: () => all,
-            ended: () => ended,
-            pause: () => response.pause(),
-            resume: () => response.resume(),
-            response
-          }))
         })
-        req.on("error", () => undefined)
-        req.end()
-      }),
-      (connection) => Effect.sync(() => connection.response.destroy())
-    ))
+        const done = () => {
+          ended = true
+        }
+        response.on("end", done)
+        response.on("close", done)
+        response.on("error", done)
+        resume(Effect.succeed({
+          status: response.statusCode ?? 0,
+          headers: response.headers,
+          body: () => safeJson(all),
+          events,
+          retries,
+          raw: () => all,
+          ended: () => ended,
+          pause: () => response.pause(),
+          resume: () => response.resume(),
+          response
+        }))
+      })
+      req.on("error", () => undefined)
+      req.end()
+    }),
+    (connection) => Effect.sync(() => connection.response.destroy())
+  )
 
 const safeJson = (text: string): unknown => {
   try {
