@@ -229,8 +229,8 @@ export class RoutingRules extends Effect.Service<RoutingRules>()("parley/Routing
     const columnsOf = (fields: RuleFields) => ({
       name: fields.name,
       source_channel_id: fields.source_channel_id,
-      // Checked UUIDs only (RuleValidation), so the literal cannot carry anything else.
-      target_channel_ids: sql.literal(`ARRAY[${fields.target_channel_ids.map((id) => `'${id}'`).join(",")}]::uuid[]`),
+      // An array literal the column's type parses (checked UUIDs only, RuleValidation).
+      target_channel_ids: `{${fields.target_channel_ids.join(",")}}`,
       enabled: fields.enabled,
       conditions: JSON.stringify(fields.conditions),
       transformations: JSON.stringify(fields.transformations),
