@@ -27,6 +27,8 @@ import { ClientTokensHandlers } from "./ClientTokensHandlers.js"
 import { ClientAuthLive } from "./ClientAuth.js"
 import { ClientConversationsHandlers } from "./ClientConversationsHandlers.js"
 import { PublishableKeysHandlers } from "./PublishableKeysHandlers.js"
+import { RoutingRulesHandlers } from "./RoutingRulesHandlers.js"
+import { RoutingRules } from "../routing/RoutingRules.js"
 import { SettingsHandlers } from "./SettingsHandlers.js"
 import { UsersHandlers } from "./UsersHandlers.js"
 import { EdgeMiddleware } from "./EdgeMiddleware.js"
@@ -56,7 +58,8 @@ const ApiRoutes = HttpLayerRouter.addHttpApi(ParleyApi).pipe(
     ConversationsHandlers,
     ConversationListHandlers,
     ClientTokensHandlers,
-    ClientConversationsHandlers
+    ClientConversationsHandlers,
+    RoutingRulesHandlers
   )),
   // A step of its own: Layer.provide([A, B]) does not feed B into A.
   Layer.provide(Layer.mergeAll(AdminAuthLive, ManageAuthLive, TenantAuthLive, TenantKeyAuthLive, ClientAuthLive))
@@ -112,7 +115,8 @@ const RouteServices = ClientTokens.Default.pipe(Layer.provideMerge(Layer.mergeAl
   PublishableKeys.Default,
   TokenSigner.Default,
   TokenRevocations.Default,
-  DeprecationWarnings.Default
+  DeprecationWarnings.Default,
+  RoutingRules.Default
 ))).pipe(
   Layer.provideMerge(AddressGuard.Default)
 )

@@ -1,10 +1,8 @@
-import { Either, Schema } from "effect"
+import { Either, Option, Schema } from "effect"
 import { Limits } from "../conversations/ActivityRules.js"
 import { type Transformation, TransformationType } from "../domain/Channel.js"
 import type { Report } from "../domain/Problems.js"
-
-/** The longest `redact_text` pattern in UTF-8 bytes, as CONTRACT.md §8 limits regex conditions. */
-const MAX_PATTERN_BYTES = 256
+import { compilePattern } from "./RegexScreen.js"
 
 /** What is wrong with a parameter's value; undefined when it is fine. */
 type Check = (value: unknown) => string | undefined
@@ -22,17 +20,8 @@ const integerFrom1To = (max: number): Check => (value) =>
     ? undefined
     : `must be an integer from 1 to ${max}`
 
-const regexPattern: Check = (value) => {
-  const problem = nonEmptyText(value)
-  if (problem !== undefined || typeof value !== "string") return problem
-  if (Buffer.byteLength(value, "utf8") > MAX_PATTERN_BYTES) return `must be at most ${MAX_PATTERN_BYTES} bytes of UTF-8`
-  // The RegExp constructor throws a SyntaxError on a pattern that does not compile.
-  const compiled = Either.try({
-    try: () => new RegExp(value),
-    catch: (error) => (error instanceof Error ? error.message : String(error))
-  })
-  return Either.isLeft(compiled) ? `must be a valid regular expression (${compiled.left})` : undefined
-}
+// Screened as regex conditions are (RegexScreen): length, compilation, catastrophic backtracking.
+const regexPattern: Check = (value) => Option.getOrUndefined(Either.getLeft(compilePattern(value, "g")))
 
 /** The parameters of each middleware (CONTRACT.md §8): all required; any other key is dropped. */
 const PARAMETERS: { readonly [T in TransformationType]: Readonly<Record<string, Check>> } = {
