@@ -182,6 +182,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("readiness when a backgroun
         "check_hub_gaps",
         "close_idle_conversations",
         "drop_idle_cores",
+        "follow_routing_rules",
         "follow_token_revocations",
         "forget_expired_token_revocations",
         "forget_idle_tenant_limits",
