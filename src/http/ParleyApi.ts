@@ -11,6 +11,7 @@ import { ChannelsApi } from "./ChannelsApi.js"
 import { PublishableKeysApi } from "./PublishableKeysApi.js"
 import { ClientTokensApi } from "./ClientTokensApi.js"
 import { ClientConversationsApi } from "./ClientConversationsApi.js"
+import { ChannelDeliveryApi, DeliveriesApi } from "./DeliveriesApi.js"
 
 /** Every REST family served through HttpApi; `OpenApiRoute` serves its OpenAPI document. */
 export class ParleyApi extends HttpApi.make("parley")
@@ -24,6 +25,8 @@ export class ParleyApi extends HttpApi.make("parley")
   .add(PublishableKeysApi)
   .add(ClientTokensApi)
   .add(ClientConversationsApi)
+  .add(DeliveriesApi)
+  .add(ChannelDeliveryApi)
   // Any route may carry a value the database refuses (SqlFailure.orUnavailable): 400, not 503.
   .addError(envelope(BadRequest))
   .annotate(OpenApi.Title, "Parley")
