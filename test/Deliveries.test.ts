@@ -15,7 +15,7 @@ const setup = Effect.gen(function*() {
   return { tenant, key: tenant.api_key, ids: { tenantId: tenant.id, channelId: channel.id, conversationId } }
 })
 
-/** `n` deliveries one second apart, oldest first, from `start`. */
+/** An instant `second` seconds into 2026, for rows of a known order. */
 const at = (second: number) => new Date(Date.UTC(2026, 0, 1, 0, 0, second)).toISOString()
 
 layer(TestNodeLive(), { excludeTestServices: true })("delivery routes", (it) => {
@@ -273,11 +273,10 @@ layer(TestNodeLive(), { excludeTestServices: true })("delivery routes", (it) => 
         expectError(yield* tenantApi(key, "POST", `/channels/${crypto.randomUUID()}/resume`), 404, "not_found")
         const [{ circuit_state }] = yield* query<{ circuit_state: string }>("SELECT circuit_state FROM channels WHERE id = $1", [other.ids.channelId])
         expect(circuit_state).toBe("closed")
-        const [{ secret }] = [yield* insertChannel(tenant.id)]
-        const token = { "x-channel-token": secret }
+        const own = yield* insertChannel(tenant.id)
+        const token = { "x-channel-token": own.secret }
         expectError(yield* tenantApi("", "POST", `/channels/${ids.channelId}/pause`, undefined, token), 404, "not_found")
-        const [own] = yield* query<{ id: string }>("SELECT id FROM channels WHERE tenant_id = $1 ORDER BY inserted_at DESC LIMIT 1", [tenant.id])
-        const reply = yield* tenantApi("", "POST", `/channels/${own!.id}/pause`, undefined, token)
+        const reply = yield* tenantApi("", "POST", `/channels/${own.id}/pause`, undefined, token)
         expect(reply.status, JSON.stringify(reply.body)).toBe(200)
       }))
   })
