@@ -10,6 +10,9 @@ import { TokenRevocations } from "../auth/TokenRevocations.js"
 import { TokenSigner } from "../auth/TokenSigner.js"
 import { Conversations } from "../conversations/Conversations.js"
 import { AddressGuard } from "../delivery/AddressGuard.js"
+import { ChannelDelivery } from "../delivery/ChannelDelivery.js"
+import { Deliveries } from "../delivery/Deliveries.js"
+import { Outbox } from "../delivery/Outbox.js"
 import { Lifecycle } from "../ops/Lifecycle.js"
 import { OpsRoutes, opsRoutes } from "../ops/OpsRoutes.js"
 import { Readiness } from "../ops/Readiness.js"
@@ -23,6 +26,7 @@ import { ManageAuthLive, TenantAuthLive, TenantKeyAuthLive } from "./TenantAuth.
 import { ConversationListHandlers, ConversationsHandlers } from "./ConversationsHandlers.js"
 import { ApiKeysHandlers } from "./ApiKeysHandlers.js"
 import { ChannelsHandlers } from "./ChannelsHandlers.js"
+import { ChannelDeliveryHandlers, DeliveriesHandlers } from "./DeliveriesHandlers.js"
 import { ClientTokensHandlers } from "./ClientTokensHandlers.js"
 import { ClientAuthLive } from "./ClientAuth.js"
 import { ClientConversationsHandlers } from "./ClientConversationsHandlers.js"
@@ -59,7 +63,9 @@ const ApiRoutes = HttpLayerRouter.addHttpApi(ParleyApi).pipe(
     ConversationListHandlers,
     ClientTokensHandlers,
     ClientConversationsHandlers,
-    RoutingRulesHandlers
+    RoutingRulesHandlers,
+    DeliveriesHandlers,
+    ChannelDeliveryHandlers
   )),
   // A step of its own: Layer.provide([A, B]) does not feed B into A.
   Layer.provide(Layer.mergeAll(AdminAuthLive, ManageAuthLive, TenantAuthLive, TenantKeyAuthLive, ClientAuthLive))
@@ -116,7 +122,10 @@ const RouteServices = ClientTokens.Default.pipe(Layer.provideMerge(Layer.mergeAl
   TokenSigner.Default,
   TokenRevocations.Default,
   DeprecationWarnings.Default,
-  RoutingRules.Default
+  RoutingRules.Default,
+  Deliveries.Default,
+  ChannelDelivery.Default,
+  Outbox.Default
 ))).pipe(
   Layer.provideMerge(AddressGuard.Default)
 )

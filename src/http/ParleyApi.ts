@@ -12,6 +12,7 @@ import { PublishableKeysApi } from "./PublishableKeysApi.js"
 import { ClientTokensApi } from "./ClientTokensApi.js"
 import { ClientConversationsApi } from "./ClientConversationsApi.js"
 import { RoutingRulesApi } from "./RoutingRulesApi.js"
+import { ChannelDeliveryApi, DeliveriesApi } from "./DeliveriesApi.js"
 
 /** Every REST family served through HttpApi; `OpenApiRoute` serves its OpenAPI document. */
 export class ParleyApi extends HttpApi.make("parley")
@@ -26,6 +27,8 @@ export class ParleyApi extends HttpApi.make("parley")
   .add(ClientTokensApi)
   .add(ClientConversationsApi)
   .add(RoutingRulesApi)
+  .add(DeliveriesApi)
+  .add(ChannelDeliveryApi)
   // Any route may carry a value the database refuses (SqlFailure.orUnavailable): 400, not 503.
   .addError(envelope(BadRequest))
   .annotate(OpenApi.Title, "Parley")
