@@ -1,6 +1,7 @@
 /** How one delivery attempt ended, as the delivery loop records it. */
 export type DeliveryOutcome =
-  | { readonly _tag: "Delivered"; readonly status: number; readonly providerMessageId: string | null }
+  /** `status` is the HTTP status; null where the transport has none (NATS). */
+  | { readonly _tag: "Delivered"; readonly status: number | null; readonly providerMessageId: string | null }
   | {
     readonly _tag: "Retryable"
     readonly error: string
@@ -10,7 +11,7 @@ export type DeliveryOutcome =
   }
   | { readonly _tag: "Permanent"; readonly error: string; readonly status: number | null }
 
-export const delivered = (status: number, providerMessageId: string | null): DeliveryOutcome => ({
+export const delivered = (status: number | null, providerMessageId: string | null): DeliveryOutcome => ({
   _tag: "Delivered",
   status,
   providerMessageId
