@@ -15,6 +15,7 @@ import apiKeyIssuer from "../../migrations/0009_api_key_issuer.js"
 import clientTokens from "../../migrations/0010_client_tokens.js"
 import blobs from "../../migrations/0012_blobs.js"
 import readPositions from "../../migrations/0013_read_positions.js"
+import channelSecretSealed from "../../migrations/NNNN_channel_secret_sealed.js"
 
 /** Every shipped migration, by name; readiness reports any that is not applied. */
 export const migrations = {
@@ -29,7 +30,9 @@ export const migrations = {
   "0009_api_key_issuer": apiKeyIssuer,
   "0010_client_tokens": clientTokens,
   "0012_blobs": blobs,
-  "0013_read_positions": readPositions
+  "0013_read_positions": readPositions,
+  // Placeholder number (file NNNN_…), fixed at merge; PgMigrator runs only names that start with digits.
+  "0029_channel_secret_sealed": channelSecretSealed
 } as const
 
 /**
