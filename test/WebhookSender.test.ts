@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
-import { ConfigProvider, Effect, Layer, Redacted } from "effect"
+import { ConfigProvider, Effect, Layer, Option, Redacted } from "effect"
 import { createHmac, timingSafeEqual } from "node:crypto"
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from "node:http"
 import type { AddressInfo } from "node:net"
@@ -119,7 +119,7 @@ const delivery = (config: JsonObject, deliveryId = "7d0c6e3a-1111-4000-8000-0000
   payload: PAYLOAD,
   config,
   retryPolicy: { ...DEFAULT_RETRY_POLICY, timeout_ms: 10_000 },
-  secret: Redacted.make(SECRET)
+  secret: Option.some(Redacted.make(SECRET))
 })
 
 const send = (d: WebhookDelivery, allowed = "hooks.test", lookups?: Array<string>) =>
@@ -169,6 +169,18 @@ describe("WebhookSender", () => {
       const refused = yield* send(delivery({ url, method: "GET" }))
       expect(refused).toEqual({ _tag: "Permanent", error: "invalid method GET", status: null })
       expect(hook.received).toHaveLength(2)
+    }))
+
+  it.scopedLive("a channel without a sealed secret cannot be signed: permanent, nothing sent", () =>
+    Effect.gen(function*() {
+      const hook = yield* receiver(answer(200))
+      const unsigned = { ...delivery({ url: `http://hooks.test:${hook.port}/` }), secret: Option.none() }
+      expect(yield* send(unsigned)).toEqual({
+        _tag: "Permanent",
+        error: "no signing secret: rotate the channel secret",
+        status: null
+      })
+      expect(hook.received).toHaveLength(0)
     }))
 
   it.scopedLive("a receiver that is down is a retried transport error", () =>

@@ -1,4 +1,4 @@
-import { Clock, Duration, Effect, Either, Redacted } from "effect"
+import { Clock, Duration, Effect, Either, Option, Redacted } from "effect"
 import { isIP, type LookupFunction } from "node:net"
 import { Agent, errors, request } from "undici"
 import { isReservedHeader } from "../channels/ChannelConfig.js"
@@ -16,8 +16,11 @@ export interface WebhookDelivery {
   /** The channel's config as validated at save (`url`, `method`, `headers`, timeouts, `max_response_bytes`). */
   readonly config: JsonObject
   readonly retryPolicy: RetryPolicy
-  /** The channel secret that keys the signature. */
-  readonly secret: Redacted.Redacted<string>
+  /**
+   * The channel secret that keys the signature (`ChannelSecrets`); none for a channel whose secret
+   * predates sealed secrets: such a delivery cannot be signed and fails permanently.
+   */
+  readonly secret: Option.Option<Redacted.Redacted<string>>
 }
 
 // server-apis.md "webhook channel config" defaults.
@@ -113,6 +116,8 @@ export class WebhookSender extends Effect.Service<WebhookSender>()("parley/Webho
         if (!METHODS.includes(method)) return permanent(`invalid method ${method.slice(0, 16)}`)
         const url = config["url"]
         if (typeof url !== "string") return permanent("invalid url")
+        if (Option.isNone(delivery.secret)) return permanent("no signing secret: rotate the channel secret")
+        const secret = delivery.secret.value
 
         const checked = yield* Effect.either(guard.check(url))
         if (Either.isLeft(checked)) return permanent(`address guard: url ${checked.left.reason}`)
@@ -135,7 +140,7 @@ export class WebhookSender extends Effect.Service<WebhookSender>()("parley/Webho
         headers["content-type"] = "application/json"
         headers["x-chat-event"] = "activity.created"
         headers["x-chat-delivery-id"] = delivery.deliveryId
-        headers["x-chat-signature"] = signatureHeader(Redacted.value(delivery.secret), body, now / 1000)
+        headers["x-chat-signature"] = signatureHeader(Redacted.value(secret), body, now / 1000)
 
         const agent = agentFor(address, connectTimeoutMs)
         const exchange = Effect.tryPromise({
