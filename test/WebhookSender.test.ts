@@ -3,6 +3,7 @@ import { ConfigProvider, Effect, Layer, Option, Redacted } from "effect"
 import { createHmac, timingSafeEqual } from "node:crypto"
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from "node:http"
 import type { AddressInfo } from "node:net"
+import { createServer as createTlsServer } from "node:tls"
 import { AppConfig } from "../src/config/AppConfig.js"
 import { AddressGuard } from "../src/delivery/AddressGuard.js"
 import { HostResolver } from "../src/delivery/HostResolver.js"
@@ -299,6 +300,29 @@ describe("WebhookSender", () => {
       // The next attempt checks again and sees the rebound address: refused, not sent.
       expect(tag(yield* send(d, "127.0.0.2", lookups))).toBe("Permanent")
       expect(internal.received).toHaveLength(0)
+    }))
+
+  it.scopedLive("https: pinned to the checked address, with the original name as TLS server name", () =>
+    Effect.gen(function*() {
+      // No certificate to offer: the handshake fails after the ClientHello has named the server.
+      const names: Array<string> = []
+      const tls = yield* Effect.acquireRelease(
+        Effect.async<{ readonly port: number; readonly close: () => void }>((resume) => {
+          const server = createTlsServer({
+            SNICallback: (name, callback) => {
+              names.push(name)
+              callback(new Error("no certificate here"), undefined)
+            }
+          })
+          server.on("tlsClientError", () => undefined)
+          server.listen(0, "127.0.0.2", () =>
+            resume(Effect.succeed({ port: (server.address() as AddressInfo).port, close: () => server.close() })))
+        }),
+        ({ close }) => Effect.sync(close)
+      )
+      const outcome = yield* send(delivery({ url: `https://rebind.test:${tls.port}/` }), "127.0.0.2")
+      expect(outcome._tag).toBe("Retryable")
+      expect(names).toEqual(["rebind.test"])
     }))
 
   it.scopedLive("pinned against the system's own answer: `localhost` checked as 127.0.0.2 never reaches 127.0.0.1", () =>

@@ -23,16 +23,20 @@ export interface WebhookDelivery {
   readonly secret: Option.Option<Redacted.Redacted<string>>
 }
 
-// server-apis.md "webhook channel config" defaults.
+// server-apis.md "webhook channel config" defaults and bounds ("Limits"), applied again at send: a
+// row may have been written before a bound existed.
 const DEFAULT_CONNECT_TIMEOUT_MS = 5_000
 const DEFAULT_MAX_RESPONSE_BYTES = 1_048_576
+const MAX_CONNECT_TIMEOUT_MS = 30_000
+const MAX_RECEIVE_TIMEOUT_MS = 60_000
+const MAX_RESPONSE_BYTES = 10_485_760
 const METHODS: ReadonlyArray<string> = ["POST", "PUT", "PATCH"]
 /** Pinned agents kept for reuse (one per checked address and connect timeout); the oldest is closed beyond. */
 const MAX_AGENTS = 256
 const HEADER_VALUE = /^[^\r\n\0]*$/
 
-const positiveInt = (value: unknown, fallback: number) =>
-  typeof value === "number" && Number.isInteger(value) && value > 0 ? value : fallback
+const positiveInt = (value: unknown, fallback: number, max: number) =>
+  Math.min(typeof value === "number" && Number.isInteger(value) && value > 0 ? value : fallback, max)
 
 /**
  * A `lookup` for `net.connect` that answers every name with the address the guard checked: the
@@ -124,9 +128,9 @@ export class WebhookSender extends Effect.Service<WebhookSender>()("parley/Webho
         const address = checked.right.addresses[0]
         if (address === undefined) return retryable("host did not resolve")
 
-        const connectTimeoutMs = positiveInt(config["connect_timeout"], DEFAULT_CONNECT_TIMEOUT_MS)
-        const receiveTimeoutMs = positiveInt(config["receive_timeout"], delivery.retryPolicy.timeout_ms)
-        const maxResponseBytes = positiveInt(config["max_response_bytes"], DEFAULT_MAX_RESPONSE_BYTES)
+        const connectTimeoutMs = positiveInt(config["connect_timeout"], DEFAULT_CONNECT_TIMEOUT_MS, MAX_CONNECT_TIMEOUT_MS)
+        const receiveTimeoutMs = positiveInt(config["receive_timeout"], delivery.retryPolicy.timeout_ms, MAX_RECEIVE_TIMEOUT_MS)
+        const maxResponseBytes = positiveInt(config["max_response_bytes"], DEFAULT_MAX_RESPONSE_BYTES, MAX_RESPONSE_BYTES)
 
         const body = Buffer.from(JSON.stringify(delivery.payload))
         const now = yield* Clock.currentTimeMillis
