@@ -1,13 +1,14 @@
 import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Layer } from "effect"
 import { connect } from "nats"
-import { createServer } from "node:net"
+import { createServer, type Socket } from "node:net"
 import type { AddressInfo } from "node:net"
 import { AppConfig } from "../src/config/AppConfig.js"
 import { AddressGuard } from "../src/delivery/AddressGuard.js"
 import { HostResolver } from "../src/delivery/HostResolver.js"
-import { type NatsDelivery, NatsPublisher } from "../src/delivery/NatsPublisher.js"
+import { MAX_NATS_CONNECTIONS, type NatsDelivery, NatsPublisher } from "../src/delivery/NatsPublisher.js"
 import { DEFAULT_RETRY_POLICY, type JsonObject } from "../src/domain/Channel.js"
+import { eventually } from "./support/Eventually.js"
 
 // The NATS server of the test host (.ci/run starts it).
 const NATS = "nats://127.0.0.1:4222"
@@ -134,4 +135,61 @@ describe("NatsPublisher", () => {
       expect((yield* publisher.publish(delivery({ url: NATS, subject: "a.*" })))._tag).toBe("Permanent")
       expect((yield* publisher.publish(delivery({ url: "http://127.0.0.1:4222", subject: "a.b" })))._tag).toBe("Permanent")
     }).pipe(Effect.provide(publisherWith("127.0.0.1"))))
+})
+
+/**
+ * Just enough of a NATS server to count client connections: greets with INFO and answers every
+ * PING (the client's connect check and each flush) with PONG.
+ */
+const fakeNats = Effect.acquireRelease(
+  Effect.async<{ readonly port: number; readonly open: Set<Socket>; readonly opened: () => number; readonly close: () => void }>(
+    (resume) => {
+      const open = new Set<Socket>()
+      let opened = 0
+      const server = createServer((socket) => {
+        opened += 1
+        open.add(socket)
+        socket.on("close", () => open.delete(socket))
+        socket.on("error", () => undefined)
+        socket.write(`INFO {"server_id":"fake","version":"2.10.0","proto":1,"headers":true,"max_payload":1048576}\r\n`)
+        socket.on("data", (data: Buffer) => {
+          for (const _ of data.toString("latin1").matchAll(/PING\r\n/g)) socket.write("PONG\r\n")
+        })
+      })
+      server.listen(0, "127.0.0.1", () =>
+        resume(Effect.succeed({
+          port: (server.address() as AddressInfo).port,
+          open,
+          opened: () => opened,
+          close: () => {
+            for (const socket of open) socket.destroy()
+            server.close()
+          }
+        })))
+    }
+  ),
+  ({ close }) => Effect.sync(close)
+)
+
+describe("NatsPublisher connections", () => {
+  it.scopedLive("one connection per server, at most MAX_NATS_CONNECTIONS, all closed on shutdown", () =>
+    Effect.gen(function*() {
+      const server = yield* fakeNats
+      const url = (n: number) => `nats://127.0.0.1:${server.port}/?n=${n}`
+      yield* Effect.gen(function*() {
+        const publisher = yield* NatsPublisher
+        for (let i = 0; i < 3; i++) expect((yield* publisher.publish(delivery({ url: url(0), subject: "a.b" })))._tag).toBe("Delivered")
+        expect(server.opened()).toBe(1)
+        // One URL more than the cache holds: the least recently used connection is closed.
+        for (let n = 1; n <= MAX_NATS_CONNECTIONS; n++) {
+          expect((yield* publisher.publish(delivery({ url: url(n), subject: "a.b" })))._tag).toBe("Delivered")
+        }
+        expect(server.opened()).toBe(MAX_NATS_CONNECTIONS + 1)
+        yield* eventually(Effect.sync(() => server.open.size), (size) => size === MAX_NATS_CONNECTIONS, {
+          what: "open connections"
+        })
+      }).pipe(Effect.provide(publisherWith("127.0.0.1")))
+      // The publisher's scope has ended: every connection is closed.
+      yield* eventually(Effect.sync(() => server.open.size), (size) => size === 0, { what: "open connections" })
+    }))
 })
