@@ -10,6 +10,7 @@ import { HostResolver } from "../src/delivery/HostResolver.js"
 import type { DeliveryOutcome } from "../src/delivery/WebhookOutcome.js"
 import { type WebhookDelivery, WebhookSender } from "../src/delivery/WebhookSender.js"
 import { DEFAULT_RETRY_POLICY, type JsonObject } from "../src/domain/Channel.js"
+import { eventually } from "./support/Eventually.js"
 
 const SECRET = "cs_0123456789abcdefghijABCDEFGHIJ0123456789"
 
@@ -50,9 +51,17 @@ type Handler = (request: IncomingMessage, response: ServerResponse, index: numbe
 /** A real HTTP receiver on `host` (port 0: any free one) that records every request it gets. */
 const receiver = (handler: Handler, host = "127.0.0.1", port = 0) =>
   Effect.acquireRelease(
-    Effect.async<{ readonly port: number; readonly received: Array<Received>; readonly close: () => void }>(
+    Effect.async<{
+      readonly port: number
+      readonly received: Array<Received>
+      readonly sockets: () => number
+      readonly connections: () => number
+      readonly close: () => void
+    }>(
       (resume) => {
         const received: Array<Received> = []
+        let open = 0
+        let opened = 0
         const server = createServer((request, response) => {
           const chunks: Array<Buffer> = []
           request.on("data", (chunk: Buffer) => chunks.push(chunk))
@@ -66,10 +75,18 @@ const receiver = (handler: Handler, host = "127.0.0.1", port = 0) =>
             handler(request, response, received.length)
           })
         })
+        server.on("connection", (socket) => {
+          open += 1
+          opened += 1
+          socket.on("close", () => (open -= 1))
+        })
+        server.once("error", (error) => resume(Effect.die(error)))
         server.listen(port, host, () =>
           resume(Effect.succeed({
             port: (server.address() as AddressInfo).port,
             received,
+            sockets: () => open,
+            connections: () => opened,
             close: () => {
               server.closeAllConnections()
               server.close()
@@ -158,6 +175,20 @@ describe("WebhookSender", () => {
       expect(verify(signature, request!.body, `${SECRET}x`, now)).toBe("invalid_signature")
       expect(verify(signature, Buffer.concat([request!.body, Buffer.from(" ")]), SECRET, now)).toBe("invalid_signature")
       expect(verify(signature, request!.body, SECRET, now + 301)).toBe("timestamp_out_of_tolerance")
+    }))
+
+  it.scopedLive("connections are kept alive for reuse and closed when the sender shuts down", () =>
+    Effect.gen(function*() {
+      const hook = yield* receiver(answer(200))
+      const d = delivery({ url: `http://hooks.test:${hook.port}/` })
+      yield* Effect.gen(function*() {
+        const sender = yield* WebhookSender
+        for (let i = 0; i < 8; i++) expect(tag(yield* sender.send(d))).toBe("Delivered")
+        expect(hook.connections()).toBeLessThan(8)
+        expect(hook.sockets()).toBeGreaterThan(0)
+      }).pipe(Effect.provide(senderWith("hooks.test")))
+      yield* eventually(Effect.sync(hook.sockets), (open) => open === 0, { what: "open connections" })
+      expect(hook.received).toHaveLength(8)
     }))
 
   it.scopedLive("PUT and PATCH as configured; any other method is permanent and sends nothing", () =>
@@ -288,8 +319,9 @@ describe("WebhookSender", () => {
   it.scopedLive("the connection is pinned: a lookup that changes after the check cannot redirect it", () =>
     Effect.gen(function*() {
       // The checked address (allowed by IP) and, on the same port, the internal one DNS rebinds to.
-      const checked = yield* receiver(answer(200), "127.0.0.2")
-      const internal = yield* receiver(answer(200), "127.0.0.1", checked.port)
+      // 127.0.0.1 first: its ports are the busy ones on a shared host.
+      const internal = yield* receiver(answer(200), "127.0.0.1")
+      const checked = yield* receiver(answer(200), "127.0.0.2", internal.port)
       const lookups: Array<string> = []
       const d = delivery({ url: `http://rebind.test:${checked.port}/` })
       expect(tag(yield* send(d, "127.0.0.2", lookups))).toBe("Delivered")
@@ -329,8 +361,9 @@ describe("WebhookSender", () => {
     Effect.gen(function*() {
       // The test resolver says 127.0.0.2; the operating system (what an unpinned client would ask
       // when connecting) says 127.0.0.1, where the other receiver listens.
-      const checked = yield* receiver(answer(200), "127.0.0.2")
-      const internal = yield* receiver(answer(200), "127.0.0.1", checked.port)
+      // 127.0.0.1 first: its ports are the busy ones on a shared host.
+      const internal = yield* receiver(answer(200), "127.0.0.1")
+      const checked = yield* receiver(answer(200), "127.0.0.2", internal.port)
       expect(tag(yield* send(delivery({ url: `http://localhost:${checked.port}/` }), "localhost"))).toBe("Delivered")
       expect(checked.received).toHaveLength(1)
       expect(internal.received).toHaveLength(0)
