@@ -40,6 +40,12 @@ const RESERVED_HEADERS = new Set([
   "transfer-encoding",
   "upgrade"
 ])
+
+/** A header name the sender owns: a tenant's `headers` entry with it is refused at save and skipped at send. */
+export const isReservedHeader = (name: string): boolean => {
+  const lower = name.toLowerCase()
+  return RESERVED_HEADERS.has(lower) || lower.startsWith("x-chat-")
+}
 const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/
 const HEADER_VALUE = /^[^\r\n\0]*$/
 
@@ -69,7 +75,7 @@ const checkHeaders = (headers: unknown, report: Report) => {
     const lower = name.toLowerCase()
     const path = `headers.${name}`
     if (!HEADER_NAME.test(name)) report(path, "is not a valid header name")
-    else if (RESERVED_HEADERS.has(lower) || lower.startsWith("x-chat-")) report(path, "is reserved")
+    else if (isReservedHeader(lower)) report(path, "is reserved")
     else if (seen.has(lower)) report(path, "is given twice (header names are case-insensitive)")
     if (typeof value !== "string") report(path, "must be a string")
     else if (!HEADER_VALUE.test(value)) report(path, "must not contain line breaks")

@@ -19,6 +19,7 @@ import { LOOKUP_LIMIT } from "../domain/LookupLimit.js"
 import { redactObject } from "../domain/Redaction.js"
 import { TenantId } from "../domain/Tenant.js"
 import { checkIfMatch, etagOf } from "../domain/Version.js"
+import { ChannelSecrets } from "./ChannelSecrets.js"
 import { type ChannelBase, type ChannelPatch, validateChannel } from "./ChannelValidation.js"
 import { sameJson } from "../domain/SameJson.js"
 
@@ -73,13 +74,14 @@ export interface IssuedChannelSecret {
   readonly secret: string
 }
 
-/** A tenant's channels (management API): configs validated per type, secrets stored as hashes only. */
+/** A tenant's channels (management API): configs validated per type, secrets stored as hashes (and sealed for signing). */
 export class Channels extends Effect.Service<Channels>()("parley/Channels", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const audit = yield* AuditLog
     const guard = yield* AddressGuard
     const parents = yield* ParentRows
+    const secrets = yield* ChannelSecrets
 
     const findChannel = SqlSchema.findOne({
       Request: Schema.Struct({ tenantId: TenantId, id: ChannelId, lock: Schema.Boolean }),
@@ -104,10 +106,15 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
     })
 
     const replaceSecret = SqlSchema.findOne({
-      Request: Schema.Struct({ tenantId: TenantId, id: ChannelId, hash: Schema.Uint8ArrayFromSelf }),
+      Request: Schema.Struct({
+        tenantId: TenantId,
+        id: ChannelId,
+        hash: Schema.Uint8ArrayFromSelf,
+        sealed: Schema.Uint8ArrayFromSelf
+      }),
       Result: ChannelRow,
-      execute: ({ hash, id, tenantId }) =>
-        sql`UPDATE channels SET secret_hash = ${hash}, updated_at = now()
+      execute: ({ hash, id, sealed, tenantId }) =>
+        sql`UPDATE channels SET secret_hash = ${hash}, secret_sealed = ${sealed}, updated_at = now()
             WHERE tenant_id = ${tenantId} AND id = ${id} RETURNING ${sql.literal(CHANNEL_COLUMNS)}`
     })
 
@@ -126,13 +133,15 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
       Effect.gen(function*() {
         const patch = yield* validate(input, NEW_CHANNEL, true)
         const secret = generateCredential("channelSecret")
+        const id = crypto.randomUUID()
         return yield* Effect.gen(function*() {
           yield* parents.lockTenant(tenantId, actor)
           const row = yield* insertChannel({
             ...columnsOf({ ...NEW_CHANNEL, ...patch }),
-            id: crypto.randomUUID(),
+            id,
             tenant_id: tenantId,
-            secret_hash: hashCredential(secret)
+            secret_hash: hashCredential(secret),
+            secret_sealed: secrets.seal(id, secret)
           })
           yield* audit.record(actor, {
             tenantId,
@@ -207,7 +216,7 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
     const rotateSecret = (tenantId: TenantId, id: ChannelId, actor: Actor) =>
       Effect.gen(function*() {
         const secret = generateCredential("channelSecret")
-        const row = yield* replaceSecret({ tenantId, id, hash: hashCredential(secret) }).pipe(
+        const row = yield* replaceSecret({ tenantId, id, hash: hashCredential(secret), sealed: secrets.seal(id, secret) }).pipe(
           Effect.flatMap(Option.match({ onNone: () => Effect.fail(notFound(id)), onSome: Effect.succeed }))
         )
         yield* audit.record(actor, { tenantId, action: "channel.secret_rotated", resourceType: "channel", resourceId: id })
@@ -216,5 +225,5 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
 
     return { create, list, get, update, remove, rotateSecret } as const
   }),
-  dependencies: [AuditLog.Default, ParentRows.Default]
+  dependencies: [AuditLog.Default, ParentRows.Default, ChannelSecrets.Default]
 }) {}

@@ -16,6 +16,7 @@ import clientTokens from "../../migrations/0010_client_tokens.js"
 import blobs from "../../migrations/0012_blobs.js"
 import readPositions from "../../migrations/0013_read_positions.js"
 import deliveryOutbox from "../../migrations/0014_delivery_outbox.js"
+import channelSecretSealed from "../../migrations/0015_channel_secret_sealed.js"
 
 /** Every shipped migration, by name; readiness reports any that is not applied. */
 export const migrations = {
@@ -31,7 +32,8 @@ export const migrations = {
   "0010_client_tokens": clientTokens,
   "0012_blobs": blobs,
   "0013_read_positions": readPositions,
-  "0014_delivery_outbox": deliveryOutbox
+  "0014_delivery_outbox": deliveryOutbox,
+  "0015_channel_secret_sealed": channelSecretSealed
 } as const
 
 /**
