@@ -3,6 +3,7 @@ import {
   type Breaker,
   closedBreaker,
   onFailure,
+  onNeutral,
   onSuccess,
   pause,
   permit,
@@ -50,6 +51,15 @@ describe("CircuitBreaker", () => {
     expect(reopened).toEqual({ state: "open", failures: 0, openedAt: T0 + 10_500 })
     expect(permit(reopened, SETTINGS, T0 + 20_000)._tag).toBe("park")
     expect(permit(reopened, SETTINGS, T0 + 20_500)._tag).toBe("probe")
+  })
+
+  it("a permanent outcome leaves a closed breaker's count and sends a half-open one back to probe at once", () => {
+    const two = failTimes(closedBreaker, 2, T0)
+    expect(onNeutral(two)).toBe(two)
+    const half = permit(failTimes(closedBreaker, 3, T0), SETTINGS, T0 + 10_000).breaker
+    const back = onNeutral(half)
+    expect(back.state).toBe("open")
+    expect(permit(back, SETTINGS, T0 + 10_001)._tag).toBe("probe")
   })
 
   it("a pause parks whatever the state and only a resume leaves it; resume closes an open breaker", () => {

@@ -75,6 +75,14 @@ export const onFailure = (breaker: Breaker, settings: BreakerSettings, now: numb
   }
 }
 
+/**
+ * A delivery that can never be sent (a permanent outcome) says nothing of the receiver's health: a
+ * closed breaker keeps its count; a half-open one goes back to open with its old opening time, so the
+ * next due delivery is the next probe at once.
+ */
+export const onNeutral = (breaker: Breaker): Breaker =>
+  breaker.state === "half_open" ? { state: "open", failures: 0, openedAt: breaker.openedAt } : breaker
+
 /** The tenant's pause: whatever the state, deliveries park until a resume. */
 export const pause = (_breaker: Breaker): Breaker => ({ state: "paused", failures: 0, openedAt: null })
 
