@@ -208,12 +208,14 @@ layer(NodeWithTestSender, { excludeTestServices: true })("channel delivery", (it
         expect(mine.some((c) => c.storedState === "open")).toBe(false)
         expect(mine.slice(0, 3).map((c) => c.storedState)).toEqual(["closed", "closed", "closed"])
         expect(mine[3]!.storedState).toBe("half_open")
+        // The probe waited for the cool-down (1000 ms here) after the failure that opened the breaker.
+        expect(mine[3]!.at - mine[2]!.at).toBeGreaterThanOrEqual(950)
         // The parked delivery was not tried while the breaker was open or probing with the other one.
         const bCalls = mine.filter((c) => c.deliveryId !== mine[0]!.deliveryId)
         expect(bCalls.every((c) => c.storedState !== "open")).toBe(true)
       }))
 
-    it.effect("a pause parks the channel's deliveries until a resume, which also closes an open breaker", () =>
+    it.effect("a pause parks the channel's deliveries until a resume", () =>
       Effect.gen(function*() {
         const { channelId, conversationId, key } = yield* setUp("email")
         yield* query(`UPDATE channels SET circuit_state = 'paused' WHERE id = $1`, [channelId])
@@ -227,4 +229,25 @@ layer(NodeWithTestSender, { excludeTestServices: true })("channel delivery", (it
         yield* eventually(deliveryOf(activity.id), (d) => d?.status === "sent", { what: "sent after resume" })
       }))
   })
+})
+
+// No sweep within the test: every delivery here is found through the wake sent after the append's commit.
+layer(TestNodeLive({ DELIVERY_SWEEP_MS: "3600000" }), { excludeTestServices: true })("wake after commit", (it) => {
+  it.effect("a burst of appends is echoed in full through coalesced wakes alone", () =>
+    Effect.gen(function*() {
+      const tenant = yield* createTenant()
+      const channel = yield* insertChannel(tenant.id, { type: "echo" })
+      const conversationId = yield* insertConversation(tenant.id, channel.id)
+      const texts = Array.from({ length: 20 }, (_, i) => `burst ${i}`)
+      yield* Effect.forEach(texts, (text) => post(tenant.api_key, conversationId, text), { concurrency: "unbounded" })
+      const stored = yield* eventually(
+        activitiesOf(conversationId),
+        (rows) => rows.filter((a) => a.sender === "echo").length >= texts.length,
+        { what: "every message echoed" }
+      )
+      const echoed = stored.filter((a) => a.sender === "echo").map((a) => a.text).sort()
+      expect(echoed).toEqual([...texts].sort())
+      const pending = yield* query(`SELECT id FROM deliveries WHERE conversation_id = $1 AND status <> 'sent'`, [conversationId])
+      expect(pending).toEqual([])
+    }))
 })

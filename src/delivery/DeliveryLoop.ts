@@ -56,7 +56,6 @@ interface ClaimedRow {
   readonly conversation_id: string
   readonly attempts: number
   readonly payload: Record<string, unknown>
-  readonly inserted_at: Date
 }
 
 const channelIdOf = uuidBrander<ChannelId>()
@@ -101,12 +100,13 @@ export const makeDeliveryLoop = (channelId: string, settings: DeliverySettings) 
           LIMIT ${limit}
           FOR UPDATE SKIP LOCKED
         )
-        UPDATE deliveries d
-        SET next_attempt_at = now() + make_interval(secs => ${leaseMs / 1000}), updated_at = now()
-        FROM due WHERE d.id = due.id
-        RETURNING d.id, d.tenant_id, d.activity_id, d.conversation_id, d.attempts, d.payload, d.inserted_at`.pipe(
-        Effect.map((rows) => [...rows].sort((a, b) => a.inserted_at.getTime() - b.inserted_at.getTime() || (a.id < b.id ? -1 : 1)))
-      )
+        , claimed AS (
+          UPDATE deliveries d
+          SET next_attempt_at = now() + make_interval(secs => ${leaseMs / 1000}), updated_at = now()
+          FROM due WHERE d.id = due.id
+          RETURNING d.id, d.tenant_id, d.activity_id, d.conversation_id, d.attempts, d.payload, d.inserted_at
+        )
+        SELECT id, tenant_id, activity_id, conversation_id, attempts, payload FROM claimed ORDER BY inserted_at, id`
 
     /** Gives a claimed delivery back unsent (the breaker opened or a pause came while it waited). */
     const release = (id: string) =>
