@@ -4,8 +4,12 @@ import { makeDeliveryLoop } from "../src/delivery/DeliveryLoop.js"
 import { deliverySettings } from "../src/delivery/DeliverySettings.js"
 import { ChannelEntity } from "./ChannelEntity.js"
 
-/** After a failed turn (the database away), the loop tries again this much later. */
+/**
+ * After a failed turn (the database away, a channel row it cannot read) the loop tries again this much
+ * later, doubling with each failure in a row up to `MAX_FAILED_TURN_PAUSE_MS`.
+ */
 const FAILED_TURN_PAUSE_MS = 1000
+const MAX_FAILED_TURN_PAUSE_MS = 60_000
 
 /**
  * An idle channel entity is dropped after this; the sweep wakes channels with due deliveries more
@@ -32,12 +36,17 @@ export const ChannelEntityLive = Layer.unwrapEffect(Effect.map(deliverySettings,
 
       const turns = (mine: number) =>
         Effect.gen(function*() {
+          let failures = 0
           while (true) {
             nudged = false
             const result = yield* loop.turn.pipe(
+              Effect.tap(() => Effect.sync(() => (failures = 0))),
               Effect.catchAllCause((cause) =>
                 Effect.logWarning("delivery turn failed", cause).pipe(
-                  Effect.as({ _tag: "parked", until: Date.now() + FAILED_TURN_PAUSE_MS } as const)
+                  Effect.as({
+                    _tag: "parked",
+                    until: Date.now() + Math.min(MAX_FAILED_TURN_PAUSE_MS, FAILED_TURN_PAUSE_MS * 2 ** failures++)
+                  } as const)
                 )
               )
             )

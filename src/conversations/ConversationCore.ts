@@ -174,14 +174,14 @@ export const makeConversationCore = (conversationId: ConversationId, isOwned: ()
             }
             // Listeners get the activities before their writers' answers. With no stream open nobody
             // is subscribed: publishing would only cost.
-            const published = subscribers > 0 && live !== undefined
-              ? Effect.zipRight(PubSub.publishAll(live, inserted), Effect.sync(answer))
-              : Effect.sync(answer)
             // After the commit and the answers: the channel's loop finds the rows. The wake only
             // forks (coalesced per channel); every planned delivery goes to the origin channel.
-            return planned.length > 0 && deliveries !== undefined
-              ? Effect.zipRight(published, deliveries.wake(current.origin_channel_id))
-              : published
+            const woken = planned.length > 0 && deliveries !== undefined ? deliveries.wake(current.origin_channel_id) : Effect.void
+            if (subscribers > 0 && live !== undefined) {
+              return Effect.zipRight(Effect.zipRight(PubSub.publishAll(live, inserted), Effect.sync(answer)), woken)
+            }
+            answer()
+            return woken
           }
         }
       )

@@ -177,7 +177,13 @@ export const makeDeliveryLoop = (channelId: string, settings: DeliverySettings) 
           ),
           Effect.flatMap((outcome) => record(delivery, channel, outcome))
         )
-      })
+      }).pipe(
+        // One unrecorded outcome must not stop the batch's other sends: this one's lease ends and it
+        // is sent again (at least once).
+        Effect.catchAll((error) =>
+          Effect.logWarning("delivery outcome not recorded", error).pipe(Effect.annotateLogs("delivery_id", row.id))
+        )
+      )
 
     /** How many sends the channel's rate limit allows now, and when the next one frees up. */
     const rateRoom = (rateLimit: typeof Window.Type | null, now: number) => {
@@ -206,9 +212,9 @@ export const makeDeliveryLoop = (channelId: string, settings: DeliverySettings) 
       const claimed = yield* claim(limit, row.retry_policy.timeout_ms * rounds + LEASE_MARGIN_MS)
       // Nothing due: an open breaker stays open, its probe waits for a delivery to probe with.
       if (claimed.length === 0) return IDLE
-      const before = breaker.state
       breaker = asked.breaker
-      yield* persist(before, breaker)
+      // Conditional on the state read at the start of the turn: a pause written since wins.
+      yield* persist(row.circuit_state, breaker)
       const channel: DeliveryChannel = {
         id: channelIdOf(row.id),
         tenantId: tenantIdOf(row.tenant_id),
