@@ -26,13 +26,15 @@ let pool: Pg.Pool | undefined
 const testSender: DeliverySender = {
   send: (delivery, channel) =>
     Effect.promise(async () => {
+      // Taken before anything is awaited: as close as the test gets to the loop's own send time.
+      const at = Date.now()
       const { rows } = await pool!.query<{ circuit_state: string }>("SELECT circuit_state FROM channels WHERE id = $1", [channel.id])
       calls.push({
         channelId: channel.id,
         deliveryId: delivery.id,
         attempts: delivery.attempts,
         storedState: rows[0]!.circuit_state,
-        at: Date.now()
+        at
       })
       const mode = modes.get(channel.id) ?? "ok"
       return mode === "ok"
@@ -181,6 +183,20 @@ layer(NodeWithTestSender, { excludeTestServices: true })("channel delivery", (it
         yield* query(`UPDATE deliveries SET next_attempt_at = now() + interval '1 second' WHERE id = $1`, [first!.id])
         const sent = yield* eventually(deliveryOf(activity.id), (d) => d?.status === "sent", { what: "sent after the lease" })
         expect(sent).toMatchObject({ id: first!.id, attempts: 2 })
+      }))
+  })
+
+  describe("rate limit", () => {
+    it.effect("sends no more than the channel's `limit` per `scale_ms`", () =>
+      Effect.gen(function*() {
+        const { channelId, conversationId, key } = yield* setUp("email")
+        yield* query(`UPDATE channels SET rate_limit = '{"limit": 2, "scale_ms": 1000}' WHERE id = $1`, [channelId])
+        const posted = yield* Effect.forEach(["r1", "r2", "r3", "r4", "r5"], (text) => post(key, conversationId, text))
+        for (const activity of posted) yield* eventually(deliveryOf(activity.id), (d) => d?.status === "sent", { what: "sent" })
+        const at = calls.filter((c) => c.channelId === channelId).map((c) => c.at)
+        expect(at.length).toBe(5)
+        // Two per second at most: the third send starts a second after the first, the fifth two seconds after.
+        for (let i = 0; i + 2 < at.length; i++) expect(at[i + 2]! - at[i]!).toBeGreaterThanOrEqual(950)
       }))
   })
 
