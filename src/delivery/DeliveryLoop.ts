@@ -187,7 +187,11 @@ export const makeDeliveryLoop = (channelId: string, settings: DeliverySettings) 
 
     /** How many sends the channel's rate limit allows now, and when the next one frees up. */
     const rateRoom = (rateLimit: typeof Window.Type | null, now: number) => {
-      if (rateLimit === null) return { room: Infinity, freeAt: now }
+      if (rateLimit === null) {
+        // Kept only while a limit applies: a channel without one would otherwise grow the list for ever.
+        recentSends = []
+        return { room: Infinity, freeAt: now }
+      }
       recentSends = recentSends.filter((at) => at > now - rateLimit.scale_ms)
       return { room: rateLimit.limit - recentSends.length, freeAt: (recentSends[0] ?? now) + rateLimit.scale_ms }
     }
@@ -228,7 +232,7 @@ export const makeDeliveryLoop = (channelId: string, settings: DeliverySettings) 
       return WORKED
     })
 
-    return { turn, breakerState: () => breaker.state } as const
+    return { turn } as const
   })
 
 export type DeliveryLoop = Effect.Effect.Success<ReturnType<typeof makeDeliveryLoop>>
