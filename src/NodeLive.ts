@@ -1,4 +1,6 @@
 import { Effect, Layer, Logger, LogLevel } from "effect"
+import { ChannelDeliveriesLive } from "../cluster/ChannelDeliveriesLive.js"
+import { ChannelEntityLive } from "../cluster/ChannelEntityLive.js"
 import { ClusterLive } from "../cluster/ClusterLive.js"
 import { ConversationEntityLive } from "../cluster/ConversationEntityLive.js"
 import { ConversationExpiryLive } from "../cluster/ConversationExpiry.js"
@@ -11,6 +13,9 @@ import { ActivityWriter } from "./conversations/ActivityWriter.js"
 import { ConversationCores } from "./conversations/ConversationCores.js"
 import { ConversationPurge, ConversationPurgeLive } from "./conversations/ConversationPurge.js"
 import { ConversationStateRepo } from "./conversations/ConversationState.js"
+import { Conversations } from "./conversations/Conversations.js"
+import { DeliverySendersLive } from "./delivery/DeliverySenders.js"
+import { DeliverySweepLive } from "./delivery/DeliverySweep.js"
 import { RateLimiter } from "./ratelimit/RateLimiter.js"
 import { ConversationHub } from "./realtime/ConversationHub.js"
 import { ReadPositions } from "./conversations/ReadPositions.js"
@@ -40,13 +45,24 @@ export const LoggingLive = Layer.unwrapEffect(
 
 const NodeServices = Layer.mergeAll(Metrics.Default, Lifecycle.Default, JobRunner.Default)
 
+/** Each channel's delivery loop (its entity, with the senders by channel type) and the sweep that wakes lost ones. */
+const DeliveryLive = Layer.merge(ChannelEntityLive.pipe(Layer.provide(DeliverySendersLive), Layer.provide(Conversations.Default)), DeliverySweepLive)
+
 /**
  * A whole node. Each `provide` builds its layer first and releases it last, which is the drain order:
  * routes, entities, writer, sharding, pool.
  */
 export const NodeLive = HttpLive.pipe(
   Layer.provide(
-    Layer.mergeAll(ConversationEntityLive, ConversationSignalsEntityLive, ConversationExpiryLive, ConversationPurgeLive, HousekeepingLive, NodeMetricsLive)
+    Layer.mergeAll(
+      ConversationEntityLive,
+      ConversationSignalsEntityLive,
+      ConversationExpiryLive,
+      ConversationPurgeLive,
+      HousekeepingLive,
+      NodeMetricsLive,
+      DeliveryLive
+    )
   ),
   // Merged into the output, so in-process test nodes can reach the hub and the limiter.
   Layer.provideMerge(Layer.mergeAll(ConversationHub.Default, RateLimiter.Default, ConversationCores.Default(), ConversationSignalsLive)),
@@ -57,7 +73,8 @@ export const NodeLive = HttpLive.pipe(
       ConversationStateRepo.Default,
       ConversationPurge.Default,
       ReadPositions.Default,
-      ConversationOwnersLive
+      ConversationOwnersLive,
+      ChannelDeliveriesLive
     )
   ),
   // Built before the writer and released after it.

@@ -13,6 +13,7 @@ import {
   type Unavailable
 } from "../domain/ApiError.js"
 import type { ConversationId } from "../domain/Conversation.js"
+import { ChannelDeliveries } from "../delivery/ChannelDeliveries.js"
 import { ActivityRepo } from "./ActivityRepo.js"
 import { ActivityWriter } from "./ActivityWriter.js"
 import { type AppendRequest, type StatusRequest, WriteOutcomeUnknown } from "./ConversationOwners.js"
@@ -59,6 +60,8 @@ export const makeConversationCore = (conversationId: ConversationId, isOwned: ()
     const writer = yield* ActivityWriter
     const activityRepo = yield* ActivityRepo
     const states = yield* ConversationStateRepo
+    // Optional: a core built without the cluster's delivery loops (a unit test) writes the rows only.
+    const deliveries = Option.getOrUndefined(yield* Effect.serviceOption(ChannelDeliveries))
     // Made for the first stream: most conversations never have one, and the buffer takes memory.
     let live: PubSub.PubSub<Activity> | undefined
     const liveFeed = Effect.suspend(() =>
@@ -117,13 +120,14 @@ export const makeConversationCore = (conversationId: ConversationId, isOwned: ()
       const { answered, deadline, drafts, keyChecks, status, statusChange, waiting } = decided
       for (const [command, answer] of answered) (command.done as Reply<unknown, unknown>)(answer)
       if (drafts.length === 0) return Effect.void
+      const planned = planDeliveries(current, drafts)
       return Effect.matchEffect(
         writer.write({
           conversationId,
           tenantId: current.tenant_id,
           oldHead: current.head_seq,
           activities: drafts,
-          deliveries: planDeliveries(current, drafts),
+          deliveries: planned,
           status: statusChange,
           deadline,
           keyChecks
@@ -170,9 +174,14 @@ export const makeConversationCore = (conversationId: ConversationId, isOwned: ()
             }
             // Listeners get the activities before their writers' answers. With no stream open nobody
             // is subscribed: publishing would only cost.
-            if (subscribers > 0 && live !== undefined) return Effect.zipRight(PubSub.publishAll(live, inserted), Effect.sync(answer))
+            // After the commit and the answers: the channel's loop finds the rows. The wake only
+            // forks (coalesced per channel); every planned delivery goes to the origin channel.
+            const woken = planned.length > 0 && deliveries !== undefined ? deliveries.wake(current.origin_channel_id) : Effect.void
+            if (subscribers > 0 && live !== undefined) {
+              return Effect.zipRight(Effect.zipRight(PubSub.publishAll(live, inserted), Effect.sync(answer)), woken)
+            }
             answer()
-            return Effect.void
+            return woken
           }
         }
       )

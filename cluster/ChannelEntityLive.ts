@@ -1,0 +1,84 @@
+import { Entity } from "@effect/cluster"
+import { Duration, Effect, Layer } from "effect"
+import { makeDeliveryLoop } from "../src/delivery/DeliveryLoop.js"
+import { deliverySettings } from "../src/delivery/DeliverySettings.js"
+import { ChannelEntity } from "./ChannelEntity.js"
+
+/**
+ * After a failed turn (the database away, a channel row it cannot read) the loop tries again this much
+ * later, doubling with each failure in a row up to `MAX_FAILED_TURN_PAUSE_MS`.
+ */
+const FAILED_TURN_PAUSE_MS = 1000
+const MAX_FAILED_TURN_PAUSE_MS = 60_000
+
+/**
+ * An idle channel entity is dropped after this; the sweep wakes channels with due deliveries more
+ * often than that, so a channel with work keeps its entity (and its breaker's memory).
+ */
+const MAX_IDLE = Duration.minutes(5)
+
+/**
+ * The channel entity: owns the channel's delivery loop on whichever node owns its shard. `Wake` starts
+ * the loop or, while it runs, makes it take one more turn; the loop runs while it finds due work, sleeps
+ * while parked with a known end (an open breaker's cool-down, the rate limit), and stops when idle or
+ * parked for good (paused, inactive): a later wake or the sweep starts it again.
+ */
+export const ChannelEntityLive = Layer.unwrapEffect(Effect.map(deliverySettings, (settings) =>
+  ChannelEntity.toLayer(
+    Effect.gen(function*() {
+      const channelId = (yield* Entity.CurrentAddress).entityId
+      const loop = yield* makeDeliveryLoop(channelId, settings)
+      const scope = yield* Effect.scope
+      let running = false
+      let nudged = false
+      // Which loop is the current one: an old loop's exit must not mark a newer one stopped.
+      let generation = 0
+
+      const turns = (mine: number) =>
+        Effect.gen(function*() {
+          let failures = 0
+          while (true) {
+            nudged = false
+            const result = yield* loop.turn.pipe(
+              Effect.tap(() => Effect.sync(() => (failures = 0))),
+              Effect.catchAllCause((cause) =>
+                Effect.logWarning("delivery turn failed", cause).pipe(
+                  Effect.as({
+                    _tag: "parked",
+                    until: Date.now() + Math.min(MAX_FAILED_TURN_PAUSE_MS, FAILED_TURN_PAUSE_MS * 2 ** failures++)
+                  } as const)
+                )
+              )
+            )
+            if (result._tag === "worked") continue
+            if (result._tag === "parked" && result.until !== null) {
+              yield* Effect.sleep(Duration.millis(Math.max(0, result.until - Date.now())))
+              continue
+            }
+            // Checked and cleared in one step: a wake that came during the turn gets another turn.
+            if (!nudged && generation === mine) {
+              running = false
+              return
+            }
+          }
+        }).pipe(
+          Effect.onExit(() => Effect.sync(() => {
+            if (generation === mine) running = false
+          })),
+          Effect.annotateLogs("channel_id", channelId)
+        )
+
+      return ChannelEntity.of({
+        Wake: () =>
+          Effect.suspend(() => {
+            if (running) {
+              nudged = true
+              return Effect.void
+            }
+            running = true
+            return Effect.asVoid(Effect.forkIn(turns(++generation), scope))
+          })
+      })
+    }),
+    { maxIdleTime: MAX_IDLE }
+  )))

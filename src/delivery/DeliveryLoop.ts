@@ -1,0 +1,238 @@
+import { SqlClient } from "@effect/sql"
+import { Duration, Effect, Option, Random, Schema } from "effect"
+import { StoredRetryPolicy } from "../domain/Channel.js"
+import { Window } from "../domain/RateLimit.js"
+import { uuidBrander } from "../domain/Uuid.js"
+import type { ChannelId } from "../domain/Channel.js"
+import type { TenantId } from "../domain/Tenant.js"
+import {
+  type Breaker,
+  type CircuitState,
+  closedBreaker,
+  onFailure,
+  onNeutral,
+  onSuccess,
+  permit,
+  reconcile
+} from "./CircuitBreaker.js"
+import { type DeliveryChannel, DeliverySenders, type DueDelivery, Outcome } from "./DeliverySender.js"
+import type { DeliverySettings } from "./DeliverySettings.js"
+import { nextAttemptDelayMs } from "./RetryDelay.js"
+
+/** What a turn did: sent a batch (another turn follows), found nothing due, or parked the channel. */
+export type TurnResult =
+  | { readonly _tag: "worked" }
+  | { readonly _tag: "idle" }
+  /** `until` (epoch ms): when sending may resume by itself; null: only a change of the channel resumes it. */
+  | { readonly _tag: "parked"; readonly until: number | null }
+
+const WORKED: TurnResult = { _tag: "worked" }
+const IDLE: TurnResult = { _tag: "idle" }
+const parked = (until: number | null): TurnResult => ({ _tag: "parked", until })
+
+/**
+ * Beyond the send's own time bound, how long a claim outlives it: the recording of the outcome, a slow
+ * database. A claim is `next_attempt_at` pushed past the sends (see `claim`): if this owner dies, the
+ * delivery is due again once the lease ends and the next owner sends it again (at least once).
+ */
+const LEASE_MARGIN_MS = 30_000
+
+const ChannelRow = Schema.Struct({
+  id: Schema.String,
+  tenant_id: Schema.String,
+  type: Schema.String,
+  mode: Schema.String,
+  status: Schema.String,
+  config: Schema.Record({ key: Schema.String, value: Schema.Unknown }),
+  retry_policy: StoredRetryPolicy,
+  rate_limit: Schema.NullOr(Window),
+  circuit_state: Schema.Literal("closed", "open", "half_open", "paused")
+})
+
+interface ClaimedRow {
+  readonly id: string
+  readonly tenant_id: string
+  readonly activity_id: string
+  readonly conversation_id: string
+  readonly attempts: number
+  readonly payload: Record<string, unknown>
+}
+
+const channelIdOf = uuidBrander<ChannelId>()
+const tenantIdOf = uuidBrander<TenantId>()
+
+/**
+ * One channel's delivery loop, a turn at a time (the channel's entity runs the turns). Each turn reads
+ * the channel again (the tenant API pauses and resumes it by writing `circuit_state`), asks the breaker,
+ * claims the oldest due deliveries within the channel's rate limit, sends them with bounded
+ * concurrency and records each outcome.
+ */
+export const makeDeliveryLoop = (channelId: string, settings: DeliverySettings) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const senders = yield* DeliverySenders
+    const decodeChannel = Schema.decodeUnknown(ChannelRow)
+    let breaker: Breaker = closedBreaker
+    // Start times of this owner's sends within the rate limit's window, oldest first.
+    let recentSends: Array<number> = []
+
+    /** Writes a breaker change unless the state moved meanwhile (a pause): the next turn reads that. */
+    const persist = (before: CircuitState, after: Breaker) =>
+      before === after.state ? Effect.void : sql`
+        UPDATE channels SET circuit_state = ${after.state}
+        WHERE id = ${channelId} AND circuit_state = ${before}`.pipe(
+        Effect.zipRight(Effect.logInfo("delivery circuit breaker changed").pipe(
+          Effect.annotateLogs({ channel_id: channelId, from: before, to: after.state })
+        ))
+      )
+
+    /**
+     * Takes up to `limit` due deliveries, oldest first, skipping rows another transaction holds, and
+     * pushes their `next_attempt_at` past the lease: the claim needs no transaction held while sending.
+     */
+    const claim = (limit: number, leaseMs: number) =>
+      sql<ClaimedRow>`
+        WITH due AS (
+          SELECT id FROM deliveries
+          WHERE channel_id = ${channelId} AND status = 'pending'
+            AND (next_attempt_at IS NULL OR next_attempt_at <= now())
+          ORDER BY next_attempt_at NULLS FIRST, inserted_at, id
+          LIMIT ${limit}
+          FOR UPDATE SKIP LOCKED
+        )
+        , claimed AS (
+          UPDATE deliveries d
+          SET next_attempt_at = now() + make_interval(secs => ${leaseMs / 1000}), updated_at = now()
+          FROM due WHERE d.id = due.id
+          RETURNING d.id, d.tenant_id, d.activity_id, d.conversation_id, d.attempts, d.payload, d.inserted_at
+        )
+        SELECT id, tenant_id, activity_id, conversation_id, attempts, payload FROM claimed ORDER BY inserted_at, id`
+
+    /** Gives a claimed delivery back unsent (the breaker opened or a pause came while it waited). */
+    const release = (id: string) =>
+      sql`UPDATE deliveries SET next_attempt_at = now(), updated_at = now() WHERE id = ${id} AND status = 'pending'`
+
+    const record = (delivery: DueDelivery, channel: DeliveryChannel, outcome: Outcome) =>
+      Effect.gen(function*() {
+        const attempts = delivery.attempts + 1
+        if (outcome._tag === "Sent") {
+          const providerId = Option.getOrNull(outcome.providerMessageId)
+          return yield* sql`
+            UPDATE deliveries SET status = 'sent', sent_at = now(), attempts = ${attempts},
+              provider_message_id = COALESCE(${providerId}, provider_message_id), last_error = NULL,
+              next_attempt_at = NULL, updated_at = now()
+            WHERE id = ${delivery.id} AND status = 'pending'`
+        }
+        const error = outcome.error.slice(0, 2000)
+        if (outcome._tag === "Permanent" || attempts >= channel.retryPolicy.max_attempts) {
+          return yield* sql`
+            UPDATE deliveries SET status = 'failed', attempts = ${attempts}, last_error = ${error},
+              next_attempt_at = NULL, updated_at = now()
+            WHERE id = ${delivery.id} AND status = 'pending'`
+        }
+        const delay = nextAttemptDelayMs(channel.retryPolicy, attempts, Option.getOrUndefined(outcome.afterMs), yield* Random.next)
+        return yield* sql`
+          UPDATE deliveries SET attempts = ${attempts}, last_error = ${error},
+            next_attempt_at = now() + make_interval(secs => ${delay / 1000}), updated_at = now()
+          WHERE id = ${delivery.id} AND status = 'pending'`
+      })
+
+    /** One attempt, bounded by the policy's `timeout_ms`; a sender's defect is an attempt that failed. */
+    const attempt = (delivery: DueDelivery, channel: DeliveryChannel) =>
+      senders.forType(channel.type).send(delivery, channel).pipe(
+        Effect.timeoutTo({
+          duration: Duration.millis(channel.retryPolicy.timeout_ms),
+          onTimeout: () => Outcome.Retry({ afterMs: Option.none(), error: `timed out after ${channel.retryPolicy.timeout_ms} ms` }),
+          onSuccess: (outcome) => outcome
+        }),
+        Effect.catchAllDefect((defect) =>
+          Effect.logError("delivery sender died", defect).pipe(
+            Effect.as(Outcome.Retry({ afterMs: Option.none(), error: "sender failed unexpectedly" }))
+          )
+        )
+      )
+
+    const sendOne = (row: ClaimedRow, channel: DeliveryChannel) =>
+      Effect.suspend(() => {
+        // The breaker may have opened while this one waited for its turn: it stays parked.
+        if (breaker.state === "open" || breaker.state === "paused") return release(row.id)
+        const delivery: DueDelivery = {
+          id: row.id,
+          tenantId: row.tenant_id,
+          activityId: row.activity_id,
+          conversationId: row.conversation_id,
+          attempts: row.attempts,
+          payload: row.payload
+        }
+        recentSends.push(Date.now())
+        return attempt(delivery, channel).pipe(
+          Effect.tap((outcome) =>
+            Effect.sync(() => {
+              breaker = outcome._tag === "Sent"
+                ? onSuccess(breaker)
+                : outcome._tag === "Retry"
+                ? onFailure(breaker, settings.breaker, Date.now())
+                : onNeutral(breaker)
+            })
+          ),
+          Effect.flatMap((outcome) => record(delivery, channel, outcome))
+        )
+      }).pipe(
+        // One unrecorded outcome must not stop the batch's other sends: this one's lease ends and it
+        // is sent again (at least once).
+        Effect.catchAll((error) =>
+          Effect.logWarning("delivery outcome not recorded", error).pipe(Effect.annotateLogs("delivery_id", row.id))
+        )
+      )
+
+    /** How many sends the channel's rate limit allows now, and when the next one frees up. */
+    const rateRoom = (rateLimit: typeof Window.Type | null, now: number) => {
+      if (rateLimit === null) {
+        // Kept only while a limit applies: a channel without one would otherwise grow the list for ever.
+        recentSends = []
+        return { room: Infinity, freeAt: now }
+      }
+      recentSends = recentSends.filter((at) => at > now - rateLimit.scale_ms)
+      return { room: rateLimit.limit - recentSends.length, freeAt: (recentSends[0] ?? now) + rateLimit.scale_ms }
+    }
+
+    const turn = Effect.gen(function*() {
+      const rows = yield* sql`
+        SELECT id, tenant_id, type, mode, status, config, retry_policy, rate_limit, circuit_state
+        FROM channels WHERE id = ${channelId}`
+      // A deleted channel took its deliveries with it.
+      if (rows.length === 0) return IDLE
+      const row = yield* decodeChannel(rows[0])
+      const now = Date.now()
+      breaker = reconcile(breaker, row.circuit_state, now)
+      // An inactive or inbound-only channel receives nothing: its deliveries wait for a change.
+      if (row.status !== "active" || row.mode === "inbound") return parked(null)
+      const asked = permit(breaker, settings.breaker, now)
+      if (asked._tag === "park") return parked(asked.until)
+      const { freeAt, room } = rateRoom(row.rate_limit, now)
+      if (room <= 0) return parked(freeAt)
+      const limit = asked._tag === "probe" ? 1 : Math.min(settings.batchSize, room)
+      const rounds = Math.ceil(limit / settings.concurrency)
+      const claimed = yield* claim(limit, row.retry_policy.timeout_ms * rounds + LEASE_MARGIN_MS)
+      // Nothing due: an open breaker stays open, its probe waits for a delivery to probe with.
+      if (claimed.length === 0) return IDLE
+      breaker = asked.breaker
+      // Conditional on the state read at the start of the turn: a pause written since wins.
+      yield* persist(row.circuit_state, breaker)
+      const channel: DeliveryChannel = {
+        id: channelIdOf(row.id),
+        tenantId: tenantIdOf(row.tenant_id),
+        type: row.type,
+        config: row.config,
+        retryPolicy: row.retry_policy
+      }
+      const stateBeforeSends = breaker.state
+      yield* Effect.forEach(claimed, (r) => sendOne(r, channel), { concurrency: settings.concurrency, discard: true })
+      yield* persist(stateBeforeSends, breaker)
+      return WORKED
+    })
+
+    return { turn } as const
+  })
+
+export type DeliveryLoop = Effect.Effect.Success<ReturnType<typeof makeDeliveryLoop>>
