@@ -1,5 +1,5 @@
 /**
- * A channel's delivery circuit breaker as a pure state machine (ADR NNNN): no clock, no storage. The
+ * A channel's delivery circuit breaker as a pure state machine (ADR 0030): no clock, no storage. The
  * delivery loop feeds it outcomes and the time, persists `state` in `channels.circuit_state`, and asks
  * it before each batch whether to send, probe or park.
  */

@@ -1,0 +1,94 @@
+import { expect, layer } from "@effect/vitest"
+import { Effect } from "effect"
+import { createHmac, timingSafeEqual } from "node:crypto"
+import { createServer, type IncomingHttpHeaders } from "node:http"
+import type { AddressInfo } from "node:net"
+import { eventually } from "./support/Eventually.js"
+import { insertConversation, tenantApi } from "./support/Fixtures.js"
+import { createChannel } from "./support/ManageClient.js"
+import { query } from "./support/TestDatabase.js"
+import { createTenant, TestNodeLive } from "./support/TestNode.js"
+
+/** One request the receiver got. */
+interface Received {
+  readonly headers: IncomingHttpHeaders
+  readonly body: Buffer
+}
+
+/**
+ * A webhook receiver on 127.0.0.1: it records every request and answers each delivery id's first
+ * request 500 and later ones 200, as a receiver that fails once.
+ */
+const receiver = Effect.acquireRelease(
+  Effect.async<{ readonly url: string; readonly received: Array<Received>; readonly close: () => void }>((resume) => {
+    const received: Array<Received> = []
+    const seen = new Set<string>()
+    const server = createServer((request, response) => {
+      const chunks: Array<Buffer> = []
+      request.on("data", (chunk: Buffer) => chunks.push(chunk))
+      request.on("end", () => {
+        received.push({ headers: request.headers, body: Buffer.concat(chunks) })
+        const id = String(request.headers["x-chat-delivery-id"])
+        const first = !seen.has(id)
+        seen.add(id)
+        response.writeHead(first ? 500 : 200, { "content-type": "application/json" })
+        response.end(first ? "{}" : JSON.stringify({ message_id: `receiver-${id}` }))
+      })
+    })
+    server.listen(0, "127.0.0.1", () =>
+      resume(Effect.succeed({
+        url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`,
+        received,
+        close: () => server.close()
+      })))
+  }),
+  (receiver) => Effect.sync(receiver.close)
+)
+
+/** server-apis.md "Outbound webhook channel deliveries": the receiver's check of `x-chat-signature`. */
+const signatureValid = (header: string, body: Buffer, secret: string) => {
+  const parts = new Map(header.split(",").map((part) => part.trim().split("=", 2) as [string, string]))
+  const t = parts.get("t")
+  const v1 = parts.get("v1")
+  if (t === undefined || v1 === undefined || Math.abs(Date.now() / 1000 - Number(t)) > 300) return false
+  const expected = createHmac("sha256", secret).update(`${t}.`).update(body).digest()
+  const sent = Buffer.from(v1, "hex")
+  return sent.length === expected.length && timingSafeEqual(sent, expected)
+}
+
+layer(TestNodeLive({ DELIVERY_SWEEP_MS: "500" }), { excludeTestServices: true })("webhook delivery end to end", (it) => {
+  it.scoped("an append reaches the channel's webhook signed; a 500 is retried with the same delivery id, then recorded sent", () =>
+    Effect.gen(function*() {
+      const hook = yield* receiver
+      const tenant = yield* createTenant()
+      const channel = yield* createChannel(tenant.api_key, {
+        config: { url: hook.url },
+        retry_policy: { max_attempts: 5, backoff: "fixed", base_ms: 100, max_ms: 100, timeout_ms: 5000 }
+      })
+      const conversationId = yield* insertConversation(tenant.id, channel.id)
+      const reply = yield* tenantApi(tenant.api_key, "POST", `/conversations/${conversationId}/activities`, { text: "to the hook" })
+      expect(reply.status).toBe(201)
+      const activityId = reply.body.data.id as string
+
+      yield* eventually(Effect.sync(() => hook.received.length), (n) => n >= 2, { within: "30 seconds" })
+      const [first, second] = hook.received
+      const delivery = (yield* query<{ id: string }>(`SELECT id FROM deliveries WHERE activity_id = $1`, [activityId]))[0]!
+      for (const request of [first!, second!]) {
+        expect(request.headers["x-chat-event"]).toBe("activity.created")
+        expect(request.headers["x-chat-delivery-id"]).toBe(delivery.id)
+        expect(request.headers["content-type"]).toBe("application/json")
+        expect(signatureValid(String(request.headers["x-chat-signature"]), request.body, channel.secret)).toBe(true)
+        expect(signatureValid(String(request.headers["x-chat-signature"]), request.body, `${channel.secret}x`)).toBe(false)
+        expect(JSON.parse(request.body.toString("utf8"))).toMatchObject({ id: activityId, text: "to the hook" })
+      }
+      const stored = yield* eventually(
+        query<{ status: string; attempts: number; provider_message_id: string | null }>(
+          `SELECT status, attempts, provider_message_id FROM deliveries WHERE id = $1`,
+          [delivery.id]
+        ),
+        (rows) => rows[0]?.status === "sent",
+        { within: "30 seconds" }
+      )
+      expect(stored[0]).toEqual({ status: "sent", attempts: 2, provider_message_id: `receiver-${delivery.id}` })
+    }), { timeout: 90_000 })
+})
