@@ -1,6 +1,4 @@
 import { describe, expect, it } from "@effect/vitest"
-import { DEFAULT_RETRY_POLICY, type RetryPolicy } from "../src/domain/Channel.js"
-import { backoffMs, MAX_RETRY_AFTER_MS, nextRetry } from "../src/delivery/RetrySchedule.js"
 import {
   classifyResponse,
   parseRetryAfter,
@@ -89,44 +87,5 @@ describe("providerMessageId", () => {
     expect(providerMessageId({}, text(`{"id":{"x":1}}`), true)).toBeNull()
     expect(providerMessageId({}, text(JSON.stringify({ id: "x".repeat(256) })), true)).toBeNull()
     expect(providerMessageId({}, new Uint8Array(), true)).toBeNull()
-  })
-})
-
-const policy = (overrides: Partial<RetryPolicy>): RetryPolicy => ({ ...DEFAULT_RETRY_POLICY, ...overrides })
-
-describe("retry schedule", () => {
-  it("exponential doubles base_ms per attempt, capped at max_ms", () => {
-    const p = policy({ backoff: "exponential", base_ms: 1000, max_ms: 10_000 })
-    expect([1, 2, 3, 4, 5, 6].map((n) => backoffMs(p, n))).toEqual([1000, 2000, 4000, 8000, 10_000, 10_000])
-    expect(backoffMs(policy({ backoff: "exponential", base_ms: 3_600_000, max_ms: 86_400_000 }), 100)).toBe(86_400_000)
-  })
-
-  it("linear grows by base_ms, fixed stays at base_ms", () => {
-    const linear = policy({ backoff: "linear", base_ms: 500, max_ms: 1800 })
-    expect([1, 2, 3, 4, 5].map((n) => backoffMs(linear, n))).toEqual([500, 1000, 1500, 1800, 1800])
-    const fixed = policy({ backoff: "fixed", base_ms: 700, max_ms: 300 })
-    expect([1, 5, 50].map((n) => backoffMs(fixed, n))).toEqual([300, 300, 300])
-    expect(backoffMs(policy({ backoff: "fixed", base_ms: 700 }), 9)).toBe(700)
-  })
-
-  it("jitter draws from the upper half of the backoff", () => {
-    const p = policy({ backoff: "fixed", base_ms: 1000 })
-    expect(nextRetry(p, 1, null, 0)).toEqual({ _tag: "RetryIn", delayMs: 500 })
-    expect(nextRetry(p, 1, null, 0.5)).toEqual({ _tag: "RetryIn", delayMs: 750 })
-    expect(nextRetry(p, 1, null, 0.999999)).toEqual({ _tag: "RetryIn", delayMs: 1000 })
-  })
-
-  it("dead letters once max_attempts attempts were made", () => {
-    const p = policy({ max_attempts: 3 })
-    expect(nextRetry(p, 2, null, 0)._tag).toBe("RetryIn")
-    expect(nextRetry(p, 3, null, 0)).toEqual({ _tag: "DeadLetter" })
-    expect(nextRetry(policy({ max_attempts: 1 }), 1, 5000, 0)).toEqual({ _tag: "DeadLetter" })
-  })
-
-  it("a Retry-After replaces the backoff, unjittered, up to a day", () => {
-    const p = policy({ backoff: "fixed", base_ms: 1000 })
-    expect(nextRetry(p, 1, 7000, 0.3)).toEqual({ _tag: "RetryIn", delayMs: 7000 })
-    expect(nextRetry(p, 1, 0, 0.3)).toEqual({ _tag: "RetryIn", delayMs: 0 })
-    expect(nextRetry(p, 1, 10 * MAX_RETRY_AFTER_MS, 0.3)).toEqual({ _tag: "RetryIn", delayMs: MAX_RETRY_AFTER_MS })
   })
 })
