@@ -1,8 +1,7 @@
-import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Option, Redacted, Schema } from "effect"
 import { errors, type JWTPayload, jwtVerify, SignJWT } from "jose"
-import { randomBytes } from "node:crypto"
 import { AppConfig } from "../config/AppConfig.js"
+import { installationSecret } from "../db/InstallationSecrets.js"
 import { TokenExpired, Unauthorized } from "../domain/ApiError.js"
 import { ClientTokenClaims, type ClientTokenGrant, ResumeClaims } from "../domain/ClientToken.js"
 
@@ -25,25 +24,12 @@ const decodeResume = Schema.decodeUnknownOption(ResumeClaims)
 const invalidToken = () => new Unauthorized({ message: "invalid token" })
 
 /**
- * The key text: `TOKEN_SIGNING_KEY` when set, else the generated one in the database. Nodes that
- * start together may all generate one: the first insert wins and everyone reads the winner back.
+ * The key text: `TOKEN_SIGNING_KEY` when set, else the one generated into the database once.
  */
 const loadKey = Effect.gen(function*() {
   const config = yield* AppConfig
   if (Option.isSome(config.tokenSigningKey)) return config.tokenSigningKey.value
-  const sql = yield* SqlClient.SqlClient
-  const generated = randomBytes(32).toString("base64url")
-  yield* sql`INSERT INTO installation_secrets (name, value) VALUES (${SIGNING_KEY_NAME}, ${generated})
-             ON CONFLICT (name) DO NOTHING`
-  const stored = yield* SqlSchema.single({
-    Request: Schema.String,
-    Result: Schema.Struct({ value: Schema.String }),
-    execute: (name) => sql`SELECT value FROM installation_secrets WHERE name = ${name}`
-  })(SIGNING_KEY_NAME).pipe(
-    // The row was just inserted or already there: a missing or malformed one is a bug.
-    Effect.catchTags({ ParseError: Effect.die, NoSuchElementException: Effect.die })
-  )
-  return Redacted.make(stored.value)
+  return Redacted.make(yield* installationSecret(SIGNING_KEY_NAME))
 })
 
 /**

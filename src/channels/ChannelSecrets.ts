@@ -1,6 +1,7 @@
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Option, Redacted, Schema } from "effect"
 import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto"
+import { installationSecret } from "../db/InstallationSecrets.js"
 import { orUnavailable } from "../db/SqlFailure.js"
 import { ChannelId } from "../domain/Channel.js"
 
@@ -44,18 +45,7 @@ export const openSecret = (key: Uint8Array, channelId: string, sealed: Uint8Arra
  * The node-wide sealing key: generated once into `installation_secrets` (as the token signing key
  * is); nodes that start together agree on the first one inserted.
  */
-const loadKey = Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  const generated = randomBytes(32).toString("base64url")
-  yield* sql`INSERT INTO installation_secrets (name, value) VALUES (${SEALING_KEY_NAME}, ${generated})
-             ON CONFLICT (name) DO NOTHING`
-  const stored = yield* SqlSchema.single({
-    Request: Schema.String,
-    Result: Schema.Struct({ value: Schema.String }),
-    execute: (name) => sql`SELECT value FROM installation_secrets WHERE name = ${name}`
-  })(SEALING_KEY_NAME).pipe(Effect.catchTags({ ParseError: Effect.die, NoSuchElementException: Effect.die }))
-  return Buffer.from(stored.value, "base64url")
-})
+const loadKey = Effect.map(installationSecret(SEALING_KEY_NAME), (value) => Buffer.from(value, "base64url"))
 
 /**
  * Channel secrets kept for signing: the API still shows a secret once and authenticates by its hash

@@ -10,7 +10,7 @@ import { RateLimiter } from "../ratelimit/RateLimiter.js"
 import { DeprecationWarnings } from "./DeprecationWarnings.js"
 import { noteOpaqueWatermark } from "./OpaqueWatermark.js"
 import { CurrentCredential, requireScope } from "./TenantAuth.js"
-import { ACTIVITY_PAGE, CONVERSATION_PAGE, decodeCursor, encodeCursor, parseId, parseLimit } from "./Paging.js"
+import { ACTIVITY_PAGE, CONVERSATION_PAGE, decodeCursor, pageAnswer, parseId, parseLimit } from "./Paging.js"
 import { ParleyApi } from "./ParleyApi.js"
 import { RequestArrival } from "./RequestId.js"
 
@@ -82,14 +82,6 @@ export const ConversationListHandlers = HttpApiBuilder.group(ParleyApi, "convers
           after,
           limit
         })
-        const last = page.items[page.items.length - 1]
-        return {
-          data: page.items,
-          meta: {
-            next_cursor: page.hasMore && last !== undefined ? encodeCursor(last.inserted_at, last.id) : null,
-            has_more: page.hasMore,
-            limit
-          }
-        }
+        return pageAnswer(page, limit)
       }))
   }))

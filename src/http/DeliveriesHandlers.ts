@@ -8,7 +8,7 @@ import { ActivityId } from "../domain/Activity.js"
 import { ChannelId } from "../domain/Channel.js"
 import { ConversationId } from "../domain/Conversation.js"
 import { DeliveryStatus } from "../domain/Delivery.js"
-import { decodeCursor, encodeCursor, type PageSize, parseId, parseLimit } from "./Paging.js"
+import { decodeCursor, pageAnswer, type PageSize, parseId, parseLimit } from "./Paging.js"
 import { ParleyApi } from "./ParleyApi.js"
 import { requireScope } from "./TenantAuth.js"
 
@@ -53,15 +53,7 @@ export const DeliveriesHandlers = HttpApiBuilder.group(ParleyApi, "deliveries", 
             after: urlParams.cursor === undefined ? null : yield* decodeCursor(urlParams.cursor),
             limit
           })
-          const last = page.items[page.items.length - 1]
-          return {
-            data: page.items,
-            meta: {
-              next_cursor: page.hasMore && last !== undefined ? encodeCursor(last.inserted_at, last.id) : null,
-              has_more: page.hasMore,
-              limit
-            }
-          }
+          return pageAnswer(page, limit)
         }))
       .handle("retry", ({ path }) =>
         Effect.gen(function*() {

@@ -29,6 +29,22 @@ export const parseLimit = (raw: string | undefined, page: PageSize) =>
 /** An opaque keyset cursor of (timestamp, id). */
 export const encodeCursor = (at: string, id: string) => Buffer.from(JSON.stringify([at, id])).toString("base64url")
 
+/** A keyset page as the tenant API answers it: `{data, meta: {next_cursor, has_more, limit}}`. */
+export const pageAnswer = <Item extends { readonly inserted_at: string; readonly id: string }>(
+  page: { readonly items: ReadonlyArray<Item>; readonly hasMore: boolean },
+  limit: number
+) => {
+  const last = page.items[page.items.length - 1]
+  return {
+    data: page.items,
+    meta: {
+      next_cursor: page.hasMore && last !== undefined ? encodeCursor(last.inserted_at, last.id) : null,
+      has_more: page.hasMore,
+      limit
+    }
+  }
+}
+
 const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?Z$/
 
 /** A UTC instant in the cursor's form (`Z`, 1–6 fraction digits) that exists (no 30 February, no hour 25, no year 0). */
