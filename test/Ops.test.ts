@@ -192,6 +192,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("readiness when a backgroun
         "prune_token_revocations",
         "purge_deleted_conversations",
         "renew_presence_leases",
+        "sweep_due_deliveries",
         "sweep_live_connections",
         "sync_rate_limit_counters"
       ])

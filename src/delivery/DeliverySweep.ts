@@ -22,7 +22,7 @@ export const DeliverySweepLive = Layer.scopedDiscard(
     const sharding = yield* Sharding.Sharding
     const owned = (channelId: string) => sharding.hasShardId(sharding.getShardId(EntityId.make(channelId), "default"))
     yield* jobs.every(
-      "delivery-sweep",
+      "sweep_due_deliveries",
       Duration.millis(settings.sweepMs),
       Effect.gen(function*() {
         // Per channel, not per delivery: each look is one probe of the `deliveries_due` index.
