@@ -34,6 +34,7 @@
  *   --tp-posters C        BENCH_RT_TP_POSTERS    closed-loop posters in the throughput scenario (16)
  *   --warmup S            BENCH_RT_WARMUP_S      seconds before each measured window (3)
  *   --duration S          BENCH_RT_DURATION_S    measured seconds per window (10)
+ *   BENCH_RT_JOIN_CONCURRENCY=N sockets each listener process connects and joins at once (8)
  *   DATABASE_URL          server to create the database on (postgres://postgres@127.0.0.1:5432/postgres)
  *   BENCH_SERVER_NODE_ARGS replaces Parley's node flags (e.g. "--max-semi-space-size=64 --cpu-prof --cpu-prof-dir=/tmp/prof")
  */
@@ -407,6 +408,10 @@ interface IdleRow {
   readonly joined: number
   readonly failed: number
   readonly joinMs: number
+  /** The server's CPU time per joined socket while they joined (connect, upgrade, join). */
+  readonly cpuMsPerJoin: number
+  /** Database transactions per joined socket. */
+  readonly xactsPerJoin: number
   readonly rssBefore: number
   readonly rssAfter: number
   /** Cores the server used while holding the sockets (heartbeats every 30 s). */
@@ -415,28 +420,61 @@ interface IdleRow {
   readonly errorSamples: ReadonlyArray<string>
 }
 
+/**
+ * Sockets of one listener process connecting or joining at once. Joins cost the node CPU and
+ * database round trips: 3 x 32 at once starved a node's pool so long that its shard-lock refresh
+ * timed out (the node then refuses everything with 503 for a while).
+ */
+const JOIN_CONCURRENCY = Number(process.env["BENCH_RT_JOIN_CONCURRENCY"] ?? 8)
+
 /** Settling time after the last join, before the RSS is read (and the hold's CPU measured). */
 const IDLE_SETTLE_MS = 5000
 
-const idleScenario = async (target: Target, listeners: Listeners, conversations: ReadonlyArray<string>, sockets: number): Promise<IdleRow> => {
+/** Transactions committed or rolled back in the database so far (PostgreSQL's statistics, flushed within a second or so). */
+const transactions = (db: Database) =>
+  withDatabase(db.url, async (client) => {
+    const result = await client.query<{ n: string }>(
+      "SELECT xact_commit + xact_rollback AS n FROM pg_stat_database WHERE datname = $1",
+      [db.name]
+    )
+    return Number(result.rows[0]?.n ?? 0)
+  })
+
+interface Database {
+  readonly url: string
+  readonly name: string
+}
+
+const idleScenario = async (
+  target: Target,
+  listeners: Listeners,
+  conversations: ReadonlyArray<string>,
+  sockets: number,
+  db: Database | undefined
+): Promise<IdleRow> => {
   const pid = target.child.process.pid!
   await sleep(2000)
+  const xactsBefore = db === undefined ? 0 : await transactions(db)
   const rssBefore = processRss(pid)
   process.stdout.write(`  ${target.name}: ${sockets} sockets joining ... `)
   const ids = Array.from({ length: sockets }, (_, i) => conversations[i % conversations.length]!)
   const parts = spread(ids, listeners.processes.length)
+  const joinCpu = processCpu(pid) ?? 0
   const replies = await Promise.all(parts.map((part, i) =>
-    listeners.send(i, { op: "phoenix", url: phoenixUrl(target), conversations: part, concurrency: 32 })))
+    listeners.send(i, { op: "phoenix", url: phoenixUrl(target), conversations: part, concurrency: JOIN_CONCURRENCY })))
   const { opened, failed, ms } = openedOf(replies)
+  const cpuMsPerJoin = (((processCpu(pid) ?? 0) - joinCpu) * 1000) / Math.max(1, opened)
   console.log(`${opened} joined in ${(ms / 1000).toFixed(1)} s${failed > 0 ? `, ${failed} failed` : ""}`)
   const cpuBefore = processCpu(pid) ?? 0
   await sleep(IDLE_SETTLE_MS)
   const holdCores = ((processCpu(pid) ?? 0) - cpuBefore) / (IDLE_SETTLE_MS / 1000)
   const rssAfter = processRss(pid)
+  // Those of the heartbeats and the node's background jobs in the 5 s count too (a handful).
+  const xactsPerJoin = db === undefined ? Number.NaN : ((await transactions(db)) - xactsBefore) / Math.max(1, opened)
   const stats = await listeners.stats()
   await listeners.closeAll()
   return {
-    server: target.name, sockets, joined: opened, failed, joinMs: ms, rssBefore, rssAfter, holdCores,
+    server: target.name, sockets, joined: opened, failed, joinMs: ms, cpuMsPerJoin, xactsPerJoin, rssBefore, rssAfter, holdCores,
     closes: stats.closes, errorSamples: stats.errorSamples
   }
 }
@@ -474,8 +512,8 @@ const fanoutScenario = async (
   process.stdout.write(`  ${name}: ${conversations.length} sockets + ${conversations.length} SSE streams ... `)
   const parts = spread(conversations, listeners.processes.length)
   const opened = openedOf(await Promise.all(parts.flatMap((part, i) => [
-    listeners.send(i, { op: "phoenix", url: phoenixUrl(listenOn), conversations: part, concurrency: 32 }),
-    listeners.send(i, { op: "sse", port: listenOn.child.port, paths: part.map((id) => ssePath(listenOn, id)), concurrency: 32 })
+    listeners.send(i, { op: "phoenix", url: phoenixUrl(listenOn), conversations: part, concurrency: JOIN_CONCURRENCY }),
+    listeners.send(i, { op: "sse", port: listenOn.child.port, paths: part.map((id) => ssePath(listenOn, id)), concurrency: JOIN_CONCURRENCY })
   ])))
   process.stdout.write(`${opened.opened} open${opened.failed > 0 ? `, ${opened.failed} failed` : ""}; ` +
     `${options.rate} appends/s, ${options.warmupMs / 1000} s warm-up + ${options.durationMs / 1000} s ... `)
@@ -544,7 +582,7 @@ const throughputScenario = async (target: Target, listeners: Listeners, conversa
   const ids = conversations.flatMap((id) => Array.from({ length: options.tpListeners }, () => id))
   process.stdout.write(`  ${target.name}: ${conversations.length} conversations x ${options.tpListeners} sockets ... `)
   const opened = openedOf(await Promise.all(spread(ids, listeners.processes.length).map((part, i) =>
-    listeners.send(i, { op: "phoenix", url: phoenixUrl(target), conversations: part, concurrency: 32 }))))
+    listeners.send(i, { op: "phoenix", url: phoenixUrl(target), conversations: part, concurrency: JOIN_CONCURRENCY }))))
   process.stdout.write(`${opened.opened} joined; ${options.tpPosters} posters, ${options.warmupMs / 1000} s warm-up + ${options.durationMs / 1000} s ... `)
   const pids = [target.child.process.pid!]
   let start = { cpu: cpuReading(pids, listeners), activities: 0 }
@@ -589,7 +627,7 @@ const printTable = (header: ReadonlyArray<string>, rows: ReadonlyArray<ReadonlyA
   for (const row of rows) console.log(line(row))
 }
 
-const coresText = (c: Cores) => [c.server, c.listeners, c.poster, c.other].map((n) => n.toFixed(2)).join(" | ")
+const coresText = (c: Cores) => [c.server, c.listeners, c.poster, c.other].map((n) => n.toFixed(2)).join(" / ")
 
 /** Other programs on the machine (PostgreSQL counts there too) disturb the figures. */
 const warnBusy = (name: string, cores: Cores) => {
@@ -601,8 +639,8 @@ const verdict = (ok: boolean) => (ok ? "met" : "NOT met")
 const printIdle = (rows: ReadonlyArray<IdleRow>, conversations: number, processes: number) => {
   console.log(`\n1. Idle sockets: joined Phoenix-binding sockets on one node, ${conversations === rows[0]?.sockets ? "one conversation per socket" : `${group(conversations)} conversations`}, clients in ${processes} processes`)
   printTable(
-    ["server", "sockets joined", "failed", "join time", "RSS before", "RSS after", "KB/socket", "cores while held", "closes"],
-    rows.map((r) => [r.server, group(r.joined), String(r.failed), `${(r.joinMs / 1000).toFixed(1)} s`, mb(r.rssBefore), mb(r.rssAfter),
+    ["server", "sockets joined", "failed", "join time", "server CPU/join", "db xacts/join", "RSS before", "RSS after", "KB/socket", "cores while held", "closes"],
+    rows.map((r) => [r.server, group(r.joined), String(r.failed), `${(r.joinMs / 1000).toFixed(1)} s`, `${r.cpuMsPerJoin.toFixed(2)} ms`, Number.isNaN(r.xactsPerJoin) ? "-" : r.xactsPerJoin.toFixed(2), mb(r.rssBefore), mb(r.rssAfter),
       kbPerSocket(r).toFixed(1), r.holdCores.toFixed(2), closesText(r.closes)])
   )
   const parley = rows.find((r) => r.server === "parley")
@@ -618,7 +656,7 @@ const printFanout = (rows: ReadonlyArray<FanoutRow>, options: Options) => {
   console.log(`\n2. Fan-out latency: ${group(options.conversations)} conversations, each with one Phoenix socket and one SSE stream; ` +
     `${options.rate} appends/s (tenant API); 201 received -> activity received by each listener`)
   printTable(
-    ["run", "appends", "append p50/p99", "socket p50/p99", "SSE p50/p99", "all p50/p99", "missing", "before 201", "cores srv | lst | post | other", "closes"],
+    ["run", "appends", "append p50/p99", "socket p50/p99", "SSE p50/p99", "all p50/p99", "missing", "before 201", "cores srv/lst/post/other", "closes"],
     rows.map((r) => [r.server, group(r.appends), `${ms(r.appendP50)} / ${ms(r.appendP99)}`,
       `${ms(percentile(r.ws, 0.5))} / ${ms(percentile(r.ws, 0.99))}`, `${ms(percentile(r.sse, 0.5))} / ${ms(percentile(r.sse, 0.99))}`,
       `${ms(percentile(r.all, 0.5))} / ${ms(percentile(r.all, 0.99))}`, String(r.missing), String(r.early),
@@ -647,7 +685,7 @@ const printThroughput = (rows: ReadonlyArray<ThroughputRow>, options: Options, c
   console.log(`\n3. Throughput: ${options.tpConversations} conversations x ${options.tpListeners} Phoenix sockets, ` +
     `${options.tpPosters} closed-loop posters; activities received by the listeners per second, per core the server used (${cores} cores in all)`)
   printTable(
-    ["server", "sockets", "appends/s", "activities/s delivered", "per server core", "cores srv | lst | post | other", "closes"],
+    ["server", "sockets", "appends/s", "activities/s delivered", "per server core", "cores srv/lst/post/other", "closes"],
     rows.map((r) => [r.server, group(r.sockets), group(r.appendsPerSecond), group(r.activitiesPerSecond),
       group(r.activitiesPerSecond / Math.max(r.cores.server, 0.01)), coresText(r.cores), closesText(r.closes)])
   )
@@ -701,7 +739,8 @@ const main = async () => {
   const throughputIds = ids(options.tpConversations)
 
   let setup: Setup | undefined
-  const startParley = async (name: string) => {
+  const startParley = (name: string) => retryTakenPort(() => startParleyOnce(name))
+  const startParleyOnce = async (name: string) => {
     const [port, runnerPort] = await freePorts(2)
     const nodeArgs = parleyNodeArgs()
     const entry = process.env["BENCH_SERVER_ENTRY"] ?? "dist/src/main.js"
@@ -722,7 +761,8 @@ const main = async () => {
     const target: Target = { name: "parley", child, query: `token=${encodeURIComponent(setup.token)}`, headers: { "x-api-key": setup.apiKey } }
     return target
   }
-  const startFloor = async () => {
+  const startFloor = () => retryTakenPort(startFloorOnce)
+  const startFloorOnce = async () => {
     const [port] = await freePorts(1)
     const child = startChild("floor", [], "test/bench/ws-floor-server.ts", port!, { FLOOR_PORT: String(port) }, workDir)
     await waitUntilServing(child, "/")
@@ -740,12 +780,12 @@ const main = async () => {
       console.log(`idle sockets (${group(options.sockets)}, ${options.clientProcesses} listener processes):`)
       if (floorWanted) {
         const floor = await startFloor()
-        idleRows.push(await idleScenario(floor, listeners, idleIds.length > 0 ? idleIds : ids(options.idleConversations), options.sockets))
+        idleRows.push(await idleScenario(floor, listeners, idleIds.length > 0 ? idleIds : ids(options.idleConversations), options.sockets, undefined))
         await stopChild(floor.child)
       }
       if (parleyWanted) {
         const node = await startParley("parley-idle")
-        idleRows.push(await idleScenario(node, listeners, idleIds, options.sockets))
+        idleRows.push(await idleScenario(node, listeners, idleIds, options.sockets, { url: dbUrl.toString(), name: dbName }))
         await stopChild(node.child)
       }
     }
@@ -783,6 +823,20 @@ const main = async () => {
   if (invalid) {
     console.log("INVALID: some joins, streams or appends failed (samples above)")
     process.exitCode = 1
+  }
+}
+
+/**
+ * A port free when picked can be taken before the server binds it (by an outgoing connection of this
+ * machine, which holds tens of thousands here): the server then exits at once, and another pick is as good.
+ */
+const retryTakenPort = async <A>(start: () => Promise<A>): Promise<A> => {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await start()
+    } catch (error) {
+      if (attempt >= 3 || !String(error).includes("EADDRINUSE")) throw error
+    }
   }
 }
 
