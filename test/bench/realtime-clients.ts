@@ -140,6 +140,7 @@ const openPhoenix = (url: string, conversationId: string) =>
     const timer = setTimeout(() => settle(false, "no join reply within 30 s"), OPEN_TIMEOUT_MS)
     ws.on("open", () => {
       sockets.add(ws)
+      nextBeat.set(ws, Date.now() + Math.random() * HEARTBEAT_MS)
       ws.send(JSON.stringify([joinRef, joinRef, topic, "phx_join", {}]))
     })
     ws.on("message", (raw: Buffer, isBinary: boolean) => {
@@ -170,22 +171,24 @@ const openPhoenix = (url: string, conversationId: string) =>
     })
     ws.on("close", (code) => {
       sockets.delete(ws)
+      nextBeat.delete(ws)
       closes[String(code)] = (closes[String(code)] ?? 0) + 1
       settle(false, `closed ${code}`)
     })
     ws.on("error", (error) => settle(false, error.message))
   })
 
-/** Heartbeats on topic `phoenix`, every socket every 30 s, spread over the period (the node closes sockets idle for 60 s). */
-let beat = 0
+/** When each socket sends its next heartbeat: the first within 30 s of its open, spread at random. */
+const nextBeat = new Map<WebSocket, number>()
+
+/** Heartbeats on topic `phoenix`, every socket every 30 s (the node closes sockets idle for 60 s). */
 setInterval(() => {
-  const all = [...sockets]
-  const slice = Math.ceil(all.length / (HEARTBEAT_MS / 1000))
-  for (let i = 0; i < slice && all.length > 0; i++) {
-    const ws = all[(beat + i) % all.length]!
+  const now = Date.now()
+  for (const [ws, due] of nextBeat) {
+    if (due > now) continue
+    nextBeat.set(ws, now + HEARTBEAT_MS)
     if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify([null, String(++ref), "phoenix", "heartbeat", {}]))
   }
-  beat += slice
 }, 1000).unref()
 
 /** One SSE stream: true once the response is 200. */

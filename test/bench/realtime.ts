@@ -430,6 +430,19 @@ const JOIN_CONCURRENCY = Number(process.env["BENCH_RT_JOIN_CONCURRENCY"] ?? 8)
 /** Settling time after the last join, before the RSS is read (and the hold's CPU measured). */
 const IDLE_SETTLE_MS = 5000
 
+/**
+ * With BENCH_RT_HEAP_SNAPSHOT=1 (and `--heapsnapshot-signal=SIGUSR2 --diagnostic-dir=DIR` in
+ * BENCH_SERVER_NODE_ARGS): a heap snapshot of the node holding its sockets, written to DIR.
+ * Waits until the node answers again (it stops while it writes).
+ */
+const heapSnapshot = async (child: Child) => {
+  process.stdout.write("  heap snapshot ... ")
+  child.process.kill("SIGUSR2")
+  await sleep(1000)
+  await waitUntilServing(child, "/health/ready", 600_000)
+  console.log("written")
+}
+
 /** Transactions committed or rolled back in the database so far (PostgreSQL's statistics, flushed within a second or so). */
 const transactions = (db: Database) =>
   withDatabase(db.url, async (client) => {
@@ -460,15 +473,30 @@ const idleScenario = async (
   const ids = Array.from({ length: sockets }, (_, i) => conversations[i % conversations.length]!)
   const parts = spread(ids, listeners.processes.length)
   const joinCpu = processCpu(pid) ?? 0
+  let peakRss = rssBefore
+  const sampler = setInterval(() => {
+    peakRss = Math.max(peakRss, processRss(pid))
+  }, 250)
   const replies = await Promise.all(parts.map((part, i) =>
     listeners.send(i, { op: "phoenix", url: phoenixUrl(target), conversations: part, concurrency: JOIN_CONCURRENCY })))
+    .finally(() => clearInterval(sampler))
   const { opened, failed, ms } = openedOf(replies)
   const cpuMsPerJoin = (((processCpu(pid) ?? 0) - joinCpu) * 1000) / Math.max(1, opened)
   console.log(`${opened} joined in ${(ms / 1000).toFixed(1)} s${failed > 0 ? `, ${failed} failed` : ""}`)
+  if (target.child.exited) {
+    // Out of memory, most likely: what it reached is the figure, its log says why.
+    console.log(`  ${target.name} exited while its sockets joined (peak RSS ${mb(peakRss)}):\n${tail(target.child.logFile, 15)}`)
+    await listeners.closeAll()
+    return {
+      server: target.name, sockets, joined: opened, failed, joinMs: ms, cpuMsPerJoin: Number.NaN, xactsPerJoin: Number.NaN,
+      rssBefore, rssAfter: peakRss, holdCores: Number.NaN, closes: {}, errorSamples: [`exited while the sockets joined, peak RSS ${mb(peakRss)}`]
+    }
+  }
   const cpuBefore = processCpu(pid) ?? 0
   await sleep(IDLE_SETTLE_MS)
   const holdCores = ((processCpu(pid) ?? 0) - cpuBefore) / (IDLE_SETTLE_MS / 1000)
   const rssAfter = processRss(pid)
+  if (process.env["BENCH_RT_HEAP_SNAPSHOT"] === "1" && target.name === "parley") await heapSnapshot(target.child)
   // Those of the heartbeats and the node's background jobs in the 5 s count too (a handful).
   const xactsPerJoin = db === undefined ? Number.NaN : ((await transactions(db)) - xactsBefore) / Math.max(1, opened)
   const stats = await listeners.stats()
@@ -798,6 +826,7 @@ const main = async () => {
         if (parley !== undefined) {
           fanoutRows.push(await fanoutScenario("parley, 1 node", parley, parley, listeners, fanoutIds.one, options))
           const b = await startParley("parley-b")
+          await shardsSettled([parley.child, b.child])
           fanoutRows.push(await fanoutScenario("parley, 2 nodes", parley, b, listeners, fanoutIds.two, options))
           await stopChild(b.child)
         }
@@ -824,6 +853,40 @@ const main = async () => {
     console.log("INVALID: some joins, streams or appends failed (samples above)")
     process.exitCode = 1
   }
+}
+
+/** The cluster's shards (`parley_cluster_shards_owned`, src/ops/NodeMetrics.ts). */
+const SHARDS = 300
+
+/**
+ * Waits until the nodes own every shard between them, each some, unchanged for 3 s: a node that
+ * joins takes shards over from the others, and appends to a moving shard wait for its new owner.
+ */
+const shardsSettled = async (nodes: ReadonlyArray<Child>) => {
+  process.stdout.write("  waiting for the shards to settle between the nodes ... ")
+  const owned = async () =>
+    Promise.all(nodes.map(async (node) => {
+      const reply = await call(node.port, "GET", "/metrics", {})
+      const match = /^parley_cluster_shards_owned (\d+)/m.exec(String(reply.body))
+      return match === null ? 0 : Number(match[1])
+    }))
+  const began = monotonicMs()
+  let last = ""
+  let stableSince = monotonicMs()
+  while (monotonicMs() - began < 120_000) {
+    const counts = await owned()
+    const text = counts.join("/")
+    if (text !== last) {
+      last = text
+      stableSince = monotonicMs()
+    }
+    if (counts.reduce((a, b) => a + b, 0) === SHARDS && counts.every((n) => n > 0) && monotonicMs() - stableSince >= 3000) {
+      console.log(`${text} after ${((monotonicMs() - began) / 1000).toFixed(1)} s`)
+      return
+    }
+    await sleep(500)
+  }
+  console.log(`not settled after 120 s (${last}): measuring anyway`)
 }
 
 /**
