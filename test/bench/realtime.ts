@@ -34,6 +34,10 @@
  *   --tp-posters C        BENCH_RT_TP_POSTERS    closed-loop posters in the throughput scenario (16)
  *   --warmup S            BENCH_RT_WARMUP_S      seconds before each measured window (3)
  *   --duration S          BENCH_RT_DURATION_S    measured seconds per window (10)
+ *   BENCH_RT_CPU_PROFILE=DIR a .cpuprofile of every measured fan-out and throughput window of the Parley
+ *                         nodes, by the append bench's probe (test/bench/probe.ts; read them with
+ *                         test/bench/profile-summary.ts)
+ *   BENCH_RT_HEAP_SNAPSHOT=1 a heap snapshot of the node holding the idle sockets (see `heapSnapshot`)
  *   BENCH_RT_JOIN_CONCURRENCY=N sockets each listener process connects and joins at once (8)
  *   DATABASE_URL          server to create the database on (postgres://postgres@127.0.0.1:5432/postgres)
  *   BENCH_SERVER_NODE_ARGS replaces Parley's node flags (e.g. "--max-semi-space-size=64 --cpu-prof --cpu-prof-dir=/tmp/prof")
@@ -54,6 +58,7 @@ import {
   parleyNodeArgs,
   percentile,
   processCpu,
+  ROOT,
   processRss,
   sleep,
   startChild,
@@ -443,6 +448,12 @@ const heapSnapshot = async (child: Child) => {
   console.log("written")
 }
 
+/** Opens or closes the probe's window in each Parley node (BENCH_RT_CPU_PROFILE). */
+const signalProbes = (targets: ReadonlyArray<Target>) => {
+  if (process.env["BENCH_RT_CPU_PROFILE"] === undefined) return
+  for (const child of new Set(targets.filter((t) => t.name === "parley").map((t) => t.child))) child.process.kill("SIGUSR2")
+}
+
 /** Transactions committed or rolled back in the database so far (PostgreSQL's statistics, flushed within a second or so). */
 const transactions = (db: Database) =>
   withDatabase(db.url, async (client) => {
@@ -549,6 +560,7 @@ const fanoutScenario = async (
   let start = cpuReading(servers, listeners)
   let cores = { server: 0, listeners: 0, poster: 0, other: 0 }
   const posted = await post(postTo.child.port, postTo.headers, conversations, { rate: options.rate }, options.warmupMs, options.durationMs, async (edge) => {
+    signalProbes([postTo, listenOn])
     if (edge === "open") {
       await Promise.all(listeners.processes.map((_, i) => listeners.send(i, { op: "record", on: true })))
       start = cpuReading(servers, listeners)
@@ -618,6 +630,7 @@ const throughputScenario = async (target: Target, listeners: Listeners, conversa
   const posted = await post(target.child.port, target.headers, conversations, { posters: options.tpPosters }, options.warmupMs, options.durationMs, async (edge) => {
     const stats = await listeners.stats()
     const cpu = cpuReading(pids, listeners)
+    signalProbes([target])
     if (edge === "open") start = { cpu, activities: stats.activities }
     else window = { activities: stats.activities - start.activities, seconds: (cpu.at - start.cpu.at) / 1000, cores: coresBetween(start.cpu, cpu) }
   })
@@ -770,9 +783,17 @@ const main = async () => {
   const startParley = (name: string) => retryTakenPort(() => startParleyOnce(name))
   const startParleyOnce = async (name: string) => {
     const [port, runnerPort] = await freePorts(2)
-    const nodeArgs = parleyNodeArgs()
+    const profileDir = process.env["BENCH_RT_CPU_PROFILE"]
+    // The append bench's probe (test/bench/probe.ts): a .cpuprofile of each measured window, opened and closed by SIGUSR2.
+    const probe = profileDir === undefined ? [] : ["--import", "tsx", "--import", join(ROOT, "test/bench/probe.ts")]
+    const nodeArgs = [...parleyNodeArgs(), ...probe]
     const entry = process.env["BENCH_SERVER_ENTRY"] ?? "dist/src/main.js"
     const child = startChild(name, nodeArgs, entry, port!, {
+      ...(profileDir === undefined ? {} : {
+        BENCH_PROBE_OUT: join(workDir, `${name}.probe.jsonl`),
+        BENCH_PROBE_NAME: name,
+        BENCH_CPU_PROFILE_DIR: profileDir
+      }),
       PORT: String(port),
       HOST: "127.0.0.1",
       CLUSTER_RUNNER_PORT: String(runnerPort),
