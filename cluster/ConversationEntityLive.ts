@@ -24,7 +24,7 @@ export const moved = () =>
  * Ends a listener's stream after about `lifetimeMs` (±10 %) and interrupts one still open later: the
  * cluster never ends the stream of a node that died silently (Effect-TS/effect#8214; ADR 0014).
  */
-const boundedLifetime = (lifetimeMs: number) => <A, E, R>(stream: Stream.Stream<A, E, R>) =>
+export const boundedLifetime = (lifetimeMs: number) => <A, E, R>(stream: Stream.Stream<A, E, R>) =>
   Stream.unwrapScoped(Effect.gen(function*() {
     const lifetime = lifetimeMs * (yield* Random.nextRange(0.9, 1.1))
     const running = yield* Effect.withFiberRuntime<Fiber.RuntimeFiber<unknown, unknown>>(Effect.succeed)

@@ -3,6 +3,8 @@ import { ClusterLive } from "../cluster/ClusterLive.js"
 import { ConversationEntityLive } from "../cluster/ConversationEntityLive.js"
 import { ConversationExpiryLive } from "../cluster/ConversationExpiry.js"
 import { ConversationOwnersLive } from "../cluster/ConversationOwnersLive.js"
+import { ConversationSignalsEntityLive } from "../cluster/ConversationSignalsEntityLive.js"
+import { ConversationSignalsLive } from "../cluster/ConversationSignalsLive.js"
 import { AppConfig } from "./config/AppConfig.js"
 import { ActivityRepo } from "./conversations/ActivityRepo.js"
 import { ActivityWriter } from "./conversations/ActivityWriter.js"
@@ -11,7 +13,6 @@ import { ConversationPurge, ConversationPurgeLive } from "./conversations/Conver
 import { ConversationStateRepo } from "./conversations/ConversationState.js"
 import { RateLimiter } from "./ratelimit/RateLimiter.js"
 import { ConversationHub } from "./realtime/ConversationHub.js"
-import { LocalSignalsLive } from "./realtime/LocalSignals.js"
 import { ReadPositions } from "./conversations/ReadPositions.js"
 import { CountersClientLive } from "./db/CountersClient.js"
 import { DatabaseLive } from "./db/Database.js"
@@ -45,10 +46,10 @@ const NodeServices = Layer.mergeAll(Metrics.Default, Lifecycle.Default, JobRunne
  */
 export const NodeLive = HttpLive.pipe(
   Layer.provide(
-    Layer.mergeAll(ConversationEntityLive, ConversationExpiryLive, ConversationPurgeLive, HousekeepingLive, NodeMetricsLive)
+    Layer.mergeAll(ConversationEntityLive, ConversationSignalsEntityLive, ConversationExpiryLive, ConversationPurgeLive, HousekeepingLive, NodeMetricsLive)
   ),
   // Merged into the output, so in-process test nodes can reach the hub and the limiter.
-  Layer.provideMerge(Layer.mergeAll(ConversationHub.Default, RateLimiter.Default, ConversationCores.Default(), LocalSignalsLive)),
+  Layer.provideMerge(Layer.mergeAll(ConversationHub.Default, RateLimiter.Default, ConversationCores.Default(), ConversationSignalsLive)),
   Layer.provideMerge(
     Layer.mergeAll(
       ActivityWriter.Default,

@@ -190,6 +190,8 @@ layer(TestNodeLive(), { excludeTestServices: true })("readiness when a backgroun
         "prune_rate_limit_counters",
         "prune_token_revocations",
         "purge_deleted_conversations",
+        "renew_presence_leases",
+        "sweep_live_connections",
         "sync_rate_limit_counters"
       ])
     }))

@@ -1,6 +1,8 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
+import { chat, generateToken } from "./support/ClientApi.js"
 import { insertChannel, tenantApi } from "./support/Fixtures.js"
+import { endOf, eventsOf, openStream } from "./support/SseClient.js"
 import { ADMIN_TOKEN, createTenant, request, TestNodeLive } from "./support/TestNode.js"
 
 const METHODS = ["log", "info", "warn", "error", "debug"] as const
@@ -95,5 +97,35 @@ layer(TestNodeLive({ LOG_LEVEL: "debug" }), { excludeTestServices: true })("logg
         new RegExp(`(?=.*"surface":"POST /api/v1/conversations")(?=.*"channel_id":"${first.id}")(?=.*"request_id":"deprecated-1")`)
       )
       expect(warnings[1]).toMatch(new RegExp(`(?=.*"channel_id":"${second.id}")(?=.*"request_id":"deprecated-2")`))
+    }))
+
+  it.scoped("a ?token= of the event stream appears in no log line, whether the stream opens or is refused", () =>
+    Effect.gen(function*() {
+      let secrets: Array<string> = []
+      const output = yield* captureOutput(Effect.gen(function*() {
+        const tenant = yield* createTenant()
+        const channel = yield* insertChannel(tenant.id)
+        const parent = yield* generateToken(channel.secret, { user: { id: "u-1" } })
+        const created = yield* chat("POST", "/conversations", { bearer: parent })
+        expect(created.status).toBe(201)
+        const { conversationId, token } = created.body as { conversationId: string; token: string }
+        const path = `/api/v1/chat/conversations/${conversationId}/events`
+        const open = yield* openStream(`${path}?token=${token}&watermark=0`)
+        yield* eventsOf(open, (e) => e.event === "heartbeat", 1, "a heartbeat").pipe(Effect.timeout("1 second"), Effect.ignore)
+        expect(open.status).toBe(200)
+        open.response.destroy()
+        const wrongConversation = yield* openStream(`/api/v1/chat/conversations/${crypto.randomUUID()}/events?token=${token}`)
+        yield* endOf(wrongConversation)
+        expect(wrongConversation.status).toBe(403)
+        const forged = `${token.slice(0, -4)}AAAA`
+        const refused = yield* openStream(`${path}?token=${forged}`)
+        yield* endOf(refused)
+        expect(refused.status).toBe(401)
+        secrets = [token, forged, parent]
+      }))
+      expect(output).toMatch(/http request[^\n]*"route":"\/api\/v1\/chat\/conversations\/:conversation_id\/events"/)
+      for (const secret of secrets) expect(output).not.toContain(secret)
+      // Nor any part of one: the signature is what a leak would give away.
+      for (const secret of secrets) expect(output).not.toContain(secret.split(".")[2]!)
     }))
 })

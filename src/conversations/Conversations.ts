@@ -400,10 +400,13 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
         } satisfies ActivityPage
       })
 
+    /** The committed head seq of a conversation (0 when it has none). */
+    const headOf = (id: ConversationId) => activityRepo.headOf(id).pipe(orUnavailable)
+
     /** Creates a conversation on a channel, which becomes its origin; the channel must exist (404) and be active (400). */
     const create = (input: Parameters<typeof repo.create>[0]) => repo.create(input).pipe(orUnavailable)
 
-    return { get, list, listForChannel, append, storedUnderKey, setStatus, activities, create } as const
+    return { get, list, listForChannel, append, storedUnderKey, setStatus, activities, watermarkSeq, headOf, create } as const
   }),
   dependencies: [ConversationRepo.Default]
 }) {}

@@ -54,3 +54,9 @@ export const decodeWatermark = (input: unknown): Either.Either<Position, string>
  * a use of the deprecated form even when the position it names is refused.
  */
 export const isOpaqueWatermark = (input: string): boolean => !/^\d+$/.test(input) && Either.isRight(decodeWatermark(input))
+
+/**
+ * The opaque watermark form (URL-safe Base64 of `seq:<n>`, unpadded) that Phoenix `activitySet` frames
+ * still carry (client-api.md "Versioning" 3); `decodeWatermark` reads it back.
+ */
+export const encodeWatermark = (seq: number): string => Buffer.from(`seq:${seq}`, "utf8").toString("base64url")

@@ -15,6 +15,7 @@ import { RequestArrival, RequestId, requestIdFrom } from "./RequestId.js"
 import { requestRecorder } from "./RequestRecorder.js"
 import { RouteTable } from "./RouteTable.js"
 import { ATTACHMENT_PATH } from "./UploadRoutes.js"
+import { SSE_PATH } from "../realtime/SseRoute.js"
 
 /**
  * The deprecated create answers an oversized body 401 (server-apis.md), before reading it: answered
@@ -88,7 +89,7 @@ export const EdgeMiddleware = HttpLayerRouter.middleware(
         const contentLength = Number(request.headers["content-length"] ?? "0")
         const early = preflight
           ? preflightAnswer(corsAllowedOrigins, request.headers["origin"], routes.allowedMethods(request.url))
-          : isApi && !acceptsJson(request.headers["accept"]) && template !== ATTACHMENT_PATH
+          : isApi && !acceptsJson(request.headers["accept"]) && template !== ATTACHMENT_PATH && template !== SSE_PATH
           ? responseOf(answerForError(new NotAcceptable({ message: "this API answers JSON only" }), requestId))
           : template !== undefined && contentLength > MAX_JSON_BODY_BYTES && !template.endsWith("/upload")
           ? answersOwnBody(request.method, template) ? legacyBodyTooLarge(requestId) : responseOf(answerForError(bodyTooLarge(), requestId))

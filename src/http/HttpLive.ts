@@ -43,6 +43,7 @@ import { LiveConnections } from "../realtime/LiveConnections.js"
 import { RealtimeMetrics } from "../realtime/RealtimeMetrics.js"
 import { SocketBindingsLive } from "../realtime/SocketBindingsLive.js"
 import { SocketEndpoints, SocketRoutes, socketRoutes } from "../realtime/SocketEndpoints.js"
+import { SseRoute, sseRoutes } from "../realtime/SseRoute.js"
 
 const ApiRoutes = HttpLayerRouter.addHttpApi(ParleyApi).pipe(
   Layer.provide(Layer.mergeAll(
@@ -90,11 +91,12 @@ export const nodeRoutes: ReadonlyArray<RouteSpec> = [
   ...opsRoutes,
   ...deprecationsRoutes,
   ...uploadRoutes,
+  ...sseRoutes,
   ...socketRoutes
 ]
 
 /** Every route of the node behind the edge middleware. */
-const AppRoutes = Layer.mergeAll(ApiRoutes, LegacyRoutes, OpsRoutes, DeprecationsPage, UploadRoutes, SocketRoutes, OpenApiRoute, EdgeMiddleware).pipe(
+const AppRoutes = Layer.mergeAll(ApiRoutes, LegacyRoutes, OpsRoutes, DeprecationsPage, UploadRoutes, SseRoute, SocketRoutes, OpenApiRoute, EdgeMiddleware).pipe(
   Layer.provide(RouteTableLive(nodeRoutes))
 )
 
@@ -117,9 +119,10 @@ const RouteServices = ClientTokens.Default.pipe(Layer.provideMerge(Layer.mergeAl
 
 /** The live connections and the socket endpoints, over the route services. */
 const RealtimeServices = SocketEndpoints.Default.pipe(
+  // The bindings use the live connections (in-band refresh): built over them.
+  Layer.provide(SocketBindingsLive),
   Layer.provideMerge(LiveConnections.Default),
   Layer.provideMerge(RealtimeMetrics.Default),
-  Layer.provide(SocketBindingsLive),
   Layer.provideMerge(RouteServices)
 )
 
@@ -149,5 +152,6 @@ const ServerLive = Layer.unwrapEffect(
 export const HttpLive = DrainLive.pipe(
   Layer.provide(HttpLayerRouter.serve(AppRoutes, { disableLogger: true, disableListenLog: true })),
   Layer.provide(ServerLive),
-  Layer.provide(RealtimeServices)
+  // Merged into the output, so in-process test nodes can drain their sockets.
+  Layer.provideMerge(RealtimeServices)
 )

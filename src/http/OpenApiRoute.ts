@@ -2,6 +2,7 @@ import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import * as OpenApi from "@effect/platform/OpenApi"
 import { Effect } from "effect"
+import { ClientEventsApi } from "./ClientEventsApi.js"
 import { ClientUploadsApi } from "./ClientUploadsApi.js"
 import { ParleyApi } from "./ParleyApi.js"
 import type { RouteSpec } from "./RouteTable.js"
@@ -36,8 +37,8 @@ const withAnsweredErrors = (spec: Record<string, unknown>) => {
   return answered({ ...rest, components: { ...components, schemas } }) as Record<string, unknown>
 }
 
-/** What the document describes: the HttpApi families and the raw upload routes (ADR 0026). */
-export const DocumentedApi = ParleyApi.add(ClientUploadsApi).annotate(OpenApi.Transform, withAnsweredErrors)
+/** What the document describes: the HttpApi families and the raw upload and event stream routes (ADR 0026). */
+export const DocumentedApi = ParleyApi.add(ClientUploadsApi).add(ClientEventsApi).annotate(OpenApi.Transform, withAnsweredErrors)
 
 /** `GET /api/v1/openapi.json`: the OpenAPI document of every REST route, built once. */
 export const OpenApiRoute = HttpLayerRouter.add(

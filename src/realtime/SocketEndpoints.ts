@@ -5,7 +5,7 @@ import type { Duplex } from "node:stream"
 import { type WebSocket, WebSocketServer } from "ws"
 import type { ClientPrincipal } from "../auth/ClientAccess.js"
 import { ClientTokens } from "../auth/ClientTokens.js"
-import { Unauthorized, type UnsupportedProtocol, UpgradeRequired, type WireError } from "../domain/ApiError.js"
+import { type BadRequest, Unauthorized, type UnsupportedProtocol, UpgradeRequired, type WireError } from "../domain/ApiError.js"
 import { answerForError } from "../http/ErrorAnswer.js"
 import type { UpgradeClaim } from "../http/NodeServer.js"
 import { requestIdFrom } from "../http/RequestId.js"
@@ -30,8 +30,11 @@ export interface ClientSocket {
 export interface SocketBinding {
   /** Its name, which is also the key of its path in `SOCKET_PATHS`. */
   readonly name: keyof typeof SOCKET_PATHS
-  /** The subprotocol taken among those offered ("" for none); fails when the binding speaks none of them. */
-  readonly protocol: (offered: ReadonlyArray<string>) => Either.Either<string, UnsupportedProtocol>
+  /**
+   * The subprotocol taken among those offered ("" for none); fails when the binding speaks none of them,
+   * or (400 `bad_request`) when the query names a protocol version it does not speak.
+   */
+  readonly protocol: (offered: ReadonlyArray<string>, query: URLSearchParams) => Either.Either<string, UnsupportedProtocol | BadRequest>
   /** Serves the socket until it closes (it is interrupted then). */
   readonly serve: (socket: ClientSocket) => Effect.Effect<void, never, never>
 }
@@ -130,7 +133,7 @@ export class SocketEndpoints extends Effect.Service<SocketEndpoints>()("parley/S
       Effect.gen(function*() {
         yield* live.admit
         const offered = (request.headers["sec-websocket-protocol"] ?? "").split(",").map((p) => p.trim()).filter((p) => p !== "")
-        const protocol = yield* binding.protocol(offered)
+        const protocol = yield* binding.protocol(offered, query)
         const token = tokenOf(request, query)
         if (token === "") return yield* new Unauthorized({ message: "missing token: send ?token= or Authorization: Bearer" })
         const principal = yield* tokens.authenticate(token)

@@ -40,6 +40,9 @@ export interface SocketClosed {
   readonly reason: string
 }
 
+/** How long a closing socket waits for the peer's close frame before it is cut. */
+const CLOSE_GRACE_MS = 5000
+
 /** A reconnect delay for 1012 and 4503: one second plus up to four of jitter (client-api.md "Socket close codes"). */
 export const reconnectDelayMs = () => 1000 + Math.floor(Math.random() * 4000)
 
@@ -86,6 +89,8 @@ export const makeSocketLink = (ws: WebSocket, binding: Binding): Effect.Effect<S
       closing = true
       metrics.closedWith(binding, code)
       ws.close(code, reason)
+      // `ws` waits 30 s for the peer's close frame: a half-open or stalled peer would hold the socket that long.
+      setTimeout(() => ws.terminate(), CLOSE_GRACE_MS).unref()
     }
     const slowConsumer = () =>
       close(4503, JSON.stringify({ reason: "slow_consumer", retryAfterMs: reconnectDelayMs() }))

@@ -81,7 +81,7 @@ export const holdRow = (table: "conversations" | "channels" | "api_keys", id: st
   holdLocks(`SELECT 1 FROM ${table} WHERE id = $1 ${lock}`, [id])
 
 /** Holds the whole table locked until the scope closes: every read of it waits meanwhile. */
-export const holdTable = (table: "api_keys" | "blobs") => holdLocks(`LOCK TABLE ${table} IN ACCESS EXCLUSIVE MODE`)
+export const holdTable = (table: "api_keys" | "blobs" | "activities") => holdLocks(`LOCK TABLE ${table} IN ACCESS EXCLUSIVE MODE`)
 
 /** Holds the conversation's row locked, as a write of it whose commit is still in flight does. */
 export const holdConversationRow = (conversationId: string) => holdRow("conversations", conversationId)
