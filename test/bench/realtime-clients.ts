@@ -21,6 +21,8 @@ export type ClientCommand =
     readonly conversations: ReadonlyArray<string>
     /** Sockets connecting or joining at once. */
     readonly concurrency: number
+    /** Failed joins after which the rest are not tried (a node that falls over would time every one out). */
+    readonly maxFailures: number
   }
   | {
     readonly op: "sse"
@@ -55,7 +57,15 @@ export interface Receipts {
 }
 
 export type ClientReply =
-  | { readonly id: number; readonly ok: true; readonly opened?: number; readonly failed?: number; readonly ms?: number }
+  | {
+    readonly id: number
+    readonly ok: true
+    readonly opened?: number
+    /** Not opened: failed or not tried. */
+    readonly failed?: number
+    readonly untried?: number
+    readonly ms?: number
+  }
   | { readonly id: number; readonly ok: true; readonly stats: ClientStats }
   | { readonly id: number; readonly ok: true; readonly receipts: Receipts }
   | { readonly id: number; readonly ok: false; readonly error: string }
@@ -63,7 +73,7 @@ export type ClientReply =
 // ---------------------------------------------------------------------------------------------
 
 const HEARTBEAT_MS = 30_000
-const OPEN_TIMEOUT_MS = 30_000
+const OPEN_TIMEOUT_MS = 15_000
 
 const sockets = new Set<WebSocket>()
 const streams = new Set<{ destroy: () => void }>()
@@ -104,18 +114,28 @@ const record = (id: unknown, kind: "ws" | "sse", at: number) => {
   receipts.times.push(at)
 }
 
-/** Runs `open` for each item, `concurrency` at a time; resolves with how many succeeded. */
-const inBatches = async <A>(items: ReadonlyArray<A>, concurrency: number, open: (item: A, index: number) => Promise<boolean>) => {
+/**
+ * Runs `open` for each item, `concurrency` at a time, until `maxFailures` have failed; resolves with
+ * how many succeeded and how many were not tried.
+ */
+const inBatches = async <A>(
+  items: ReadonlyArray<A>,
+  concurrency: number,
+  maxFailures: number,
+  open: (item: A, index: number) => Promise<boolean>
+) => {
   let next = 0
   let opened = 0
+  let failures = 0
   const worker = async () => {
-    while (next < items.length) {
+    while (next < items.length && failures < maxFailures) {
       const index = next++
       if (await open(items[index]!, index)) opened += 1
+      else failures += 1
     }
   }
   await Promise.all(Array.from({ length: Math.max(1, concurrency) }, worker))
-  return opened
+  return { opened, untried: items.length - next }
 }
 
 let ref = 0
@@ -137,7 +157,7 @@ const openPhoenix = (url: string, conversationId: string) =>
       }
       resolveOpen(ok)
     }
-    const timer = setTimeout(() => settle(false, "no join reply within 30 s"), OPEN_TIMEOUT_MS)
+    const timer = setTimeout(() => settle(false, "no join reply within 15 s"), OPEN_TIMEOUT_MS)
     ws.on("open", () => {
       sockets.add(ws)
       nextBeat.set(ws, Date.now() + Math.random() * HEARTBEAT_MS)
@@ -232,7 +252,7 @@ const openStream = (port: number, path: string) =>
       resolveOpen(true)
     })
     // Only the wait for the answer is bounded: an open stream is quiet for as long as nobody posts.
-    const timer = setTimeout(() => req.destroy(new Error("no answer within 30 s")), OPEN_TIMEOUT_MS)
+    const timer = setTimeout(() => req.destroy(new Error("no answer within 15 s")), OPEN_TIMEOUT_MS)
     req.on("response", () => clearTimeout(timer))
     req.on("error", (error) => {
       clearTimeout(timer)
@@ -246,12 +266,12 @@ const handle = async (command: ClientCommand): Promise<ClientReply> => {
   switch (command.op) {
     case "phoenix": {
       const started = monotonicMs()
-      const opened = await inBatches(command.conversations, command.concurrency, (id) => openPhoenix(command.url, id))
-      return { id: command.id, ok: true, opened, failed: command.conversations.length - opened, ms: monotonicMs() - started }
+      const { opened, untried } = await inBatches(command.conversations, command.concurrency, command.maxFailures, (id) => openPhoenix(command.url, id))
+      return { id: command.id, ok: true, opened, failed: command.conversations.length - opened, untried, ms: monotonicMs() - started }
     }
     case "sse": {
       const started = monotonicMs()
-      const opened = await inBatches(command.paths, command.concurrency, (path) => openStream(command.port, path))
+      const { opened } = await inBatches(command.paths, command.concurrency, Number.POSITIVE_INFINITY, (path) => openStream(command.port, path))
       return { id: command.id, ok: true, opened, failed: command.paths.length - opened, ms: monotonicMs() - started }
     }
     case "record":

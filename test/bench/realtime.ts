@@ -12,7 +12,7 @@
  * node:http server that answers joins and broadcasts each POST to the conversation's listeners.
  *
  * 1. idle: S Phoenix-binding sockets (`/socket/chat/websocket?token=…&vsn=2.0.0`), each joined to
- *    `chat:conversation:<id>` of its own conversation, held on one node: its RSS, and the RSS delta
+ *    `chat:conversation:<id>` of one of N conversations, held on one node: its RSS, and the RSS delta
  *    per socket; the same sockets on the floor.
  * 2. fanout: K conversations, each followed by one Phoenix socket and one SSE stream
  *    (`/api/v1/chat/conversations/<id>/events?token=…`); R appends per second spread over them
@@ -25,7 +25,8 @@
  *   --only LIST           BENCH_RT_ONLY          idle,fanout,throughput (all)
  *   --servers LIST        BENCH_RT_SERVERS       parley,floor (both)
  *   --sockets S           BENCH_RT_SOCKETS       idle sockets (19500)
- *   --idle-conversations N BENCH_RT_IDLE_CONVERSATIONS conversations the idle sockets spread over (S: one each)
+ *   --idle-conversations N BENCH_RT_IDLE_CONVERSATIONS conversations the idle sockets spread over (1000;
+ *                         = S for one each, which a node does not hold: README, Realtime)
  *   --client-processes P  BENCH_RT_CLIENT_PROCESSES listener processes (3; each may hold 20,000 files)
  *   --conversations K     BENCH_RT_CONVERSATIONS fanout conversations (1000)
  *   --rate R              BENCH_RT_RATE          fanout appends per second (500)
@@ -123,7 +124,8 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     only: listOf(SCENARIOS, text("only", SCENARIOS.join(",")), "scenario"),
     servers: listOf(SERVERS, text("servers", SERVERS.join(",")), "server"),
     sockets,
-    idleConversations: Math.max(1, number("idle-conversations", sockets)),
+    // One conversation per socket is not held by a node (README, Realtime): 1,000, ~20 sockets each.
+    idleConversations: Math.max(1, number("idle-conversations", Math.min(sockets, 1000))),
     clientProcesses: Math.max(1, number("client-processes", 3)),
     conversations: Math.max(1, number("conversations", 1000)),
     rate: number("rate", 500),
@@ -213,6 +215,7 @@ const spread = <A>(items: ReadonlyArray<A>, processes: number) =>
 const openedOf = (replies: ReadonlyArray<ClientReply>) => ({
   opened: replies.reduce((n, r) => n + ("opened" in r ? r.opened ?? 0 : 0), 0),
   failed: replies.reduce((n, r) => n + ("failed" in r ? r.failed ?? 0 : 0), 0),
+  untried: replies.reduce((n, r) => n + ("untried" in r ? r.untried ?? 0 : 0), 0),
   ms: Math.max(0, ...replies.map((r) => ("ms" in r ? r.ms ?? 0 : 0)))
 })
 
@@ -432,6 +435,12 @@ interface IdleRow {
  */
 const JOIN_CONCURRENCY = Number(process.env["BENCH_RT_JOIN_CONCURRENCY"] ?? 8)
 
+/** No limit on failed joins (the IPC channel is JSON: no Infinity). */
+const ALL = 1_000_000_000
+
+/** Failed joins after which a listener process tries no more (the node is falling over). */
+const IDLE_MAX_FAILURES = 100
+
 /** Settling time after the last join, before the RSS is read (and the hold's CPU measured). */
 const IDLE_SETTLE_MS = 5000
 
@@ -489,11 +498,12 @@ const idleScenario = async (
     peakRss = Math.max(peakRss, processRss(pid))
   }, 250)
   const replies = await Promise.all(parts.map((part, i) =>
-    listeners.send(i, { op: "phoenix", url: phoenixUrl(target), conversations: part, concurrency: JOIN_CONCURRENCY })))
+    listeners.send(i, { op: "phoenix", url: phoenixUrl(target), conversations: part, concurrency: JOIN_CONCURRENCY, maxFailures: IDLE_MAX_FAILURES })))
     .finally(() => clearInterval(sampler))
-  const { opened, failed, ms } = openedOf(replies)
+  const { opened, failed, untried, ms } = openedOf(replies)
   const cpuMsPerJoin = (((processCpu(pid) ?? 0) - joinCpu) * 1000) / Math.max(1, opened)
-  console.log(`${opened} joined in ${(ms / 1000).toFixed(1)} s${failed > 0 ? `, ${failed} failed` : ""}`)
+  console.log(`${opened} joined in ${(ms / 1000).toFixed(1)} s${failed > 0 ? `, ${failed} failed` : ""}` +
+    (untried > 0 ? ` (${untried} not tried: each listener process stops after ${IDLE_MAX_FAILURES} failed joins)` : ""))
   if (target.child.exited) {
     // Out of memory, most likely: what it reached is the figure, its log says why.
     console.log(`  ${target.name} exited while its sockets joined (peak RSS ${mb(peakRss)}):\n${tail(target.child.logFile, 15)}`)
@@ -551,7 +561,7 @@ const fanoutScenario = async (
   process.stdout.write(`  ${name}: ${conversations.length} sockets + ${conversations.length} SSE streams ... `)
   const parts = spread(conversations, listeners.processes.length)
   const opened = openedOf(await Promise.all(parts.flatMap((part, i) => [
-    listeners.send(i, { op: "phoenix", url: phoenixUrl(listenOn), conversations: part, concurrency: JOIN_CONCURRENCY }),
+    listeners.send(i, { op: "phoenix", url: phoenixUrl(listenOn), conversations: part, concurrency: JOIN_CONCURRENCY, maxFailures: ALL }),
     listeners.send(i, { op: "sse", port: listenOn.child.port, paths: part.map((id) => ssePath(listenOn, id)), concurrency: JOIN_CONCURRENCY })
   ])))
   process.stdout.write(`${opened.opened} open${opened.failed > 0 ? `, ${opened.failed} failed` : ""}; ` +
@@ -622,7 +632,7 @@ const throughputScenario = async (target: Target, listeners: Listeners, conversa
   const ids = conversations.flatMap((id) => Array.from({ length: options.tpListeners }, () => id))
   process.stdout.write(`  ${target.name}: ${conversations.length} conversations x ${options.tpListeners} sockets ... `)
   const opened = openedOf(await Promise.all(spread(ids, listeners.processes.length).map((part, i) =>
-    listeners.send(i, { op: "phoenix", url: phoenixUrl(target), conversations: part, concurrency: JOIN_CONCURRENCY }))))
+    listeners.send(i, { op: "phoenix", url: phoenixUrl(target), conversations: part, concurrency: JOIN_CONCURRENCY, maxFailures: ALL }))))
   process.stdout.write(`${opened.opened} joined; ${options.tpPosters} posters, ${options.warmupMs / 1000} s warm-up + ${options.durationMs / 1000} s ... `)
   const pids = [target.child.process.pid!]
   let start = { cpu: cpuReading(pids, listeners), activities: 0 }
