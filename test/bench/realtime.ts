@@ -40,6 +40,8 @@
  *                         test/bench/profile-summary.ts)
  *   BENCH_RT_HEAP_SNAPSHOT=1 a heap snapshot of the node holding the idle sockets (see `heapSnapshot`)
  *   BENCH_RT_JOIN_CONCURRENCY=N sockets each listener process connects and joins at once (8)
+ *   --token-user ID       BENCH_RT_TOKEN_USER    user.id of the listeners' channel-scoped token (bench-agent; "" for
+ *                                              none: its sockets are then no viewers, no presence)
  *   DATABASE_URL          server to create the database on (postgres://postgres@127.0.0.1:5432/postgres)
  *   BENCH_SERVER_NODE_ARGS replaces Parley's node flags (e.g. "--max-semi-space-size=64 --cpu-prof --cpu-prof-dir=/tmp/prof")
  */
@@ -90,6 +92,8 @@ interface Options {
   readonly tpPosters: number
   readonly warmupMs: number
   readonly durationMs: number
+  /** The `user_id` of the listeners' token ("" for none: a socket without a user is no viewer, no presence). */
+  readonly tokenUser: string
   readonly serverUrl: string
 }
 
@@ -110,7 +114,7 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     i += 1
   }
   const known = ["only", "servers", "sockets", "idle-conversations", "client-processes", "conversations", "rate",
-    "tp-conversations", "tp-listeners", "tp-posters", "warmup", "duration"]
+    "tp-conversations", "tp-listeners", "tp-posters", "warmup", "duration", "token-user"]
   for (const name of flags.keys()) if (!known.includes(name)) throw new Error(`unknown flag --${name} (${known.map((k) => `--${k}`).join(" ")})`)
   const env = (name: string) => process.env[`BENCH_RT_${name.toUpperCase().replaceAll("-", "_")}`]
   const text = (name: string, fallback: string) => flags.get(name) ?? env(name) ?? fallback
@@ -134,6 +138,7 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     tpPosters: Math.max(1, number("tp-posters", 16)),
     warmupMs: number("warmup", 3) * 1000,
     durationMs: number("duration", 10) * 1000,
+    tokenUser: text("token-user", "bench-agent"),
     serverUrl: process.env["DATABASE_URL"] ?? "postgres://postgres@127.0.0.1:5432/postgres"
   }
 }
@@ -688,6 +693,7 @@ const warnBusy = (name: string, cores: Cores) => {
 const verdict = (ok: boolean) => (ok ? "met" : "NOT met")
 
 const printIdle = (rows: ReadonlyArray<IdleRow>, conversations: number, processes: number) => {
+  if (rows.length === 0) return
   console.log(`\n1. Idle sockets: joined Phoenix-binding sockets on one node, ${conversations === rows[0]?.sockets ? "one conversation per socket" : `${group(conversations)} conversations`}, clients in ${processes} processes`)
   printTable(
     ["server", "sockets joined", "failed", "join time", "server CPU/join", "db xacts/join", "RSS before", "RSS after", "KB/socket", "cores while held", "closes"],
@@ -704,6 +710,7 @@ const printIdle = (rows: ReadonlyArray<IdleRow>, conversations: number, processe
 }
 
 const printFanout = (rows: ReadonlyArray<FanoutRow>, options: Options) => {
+  if (rows.length === 0) return
   console.log(`\n2. Fan-out latency: ${group(options.conversations)} conversations, each with one Phoenix socket and one SSE stream; ` +
     `${options.rate} appends/s (tenant API); 201 received -> activity received by each listener`)
   printTable(
@@ -733,6 +740,7 @@ const printFanout = (rows: ReadonlyArray<FanoutRow>, options: Options) => {
 }
 
 const printThroughput = (rows: ReadonlyArray<ThroughputRow>, options: Options, cores: number) => {
+  if (rows.length === 0) return
   console.log(`\n3. Throughput: ${options.tpConversations} conversations x ${options.tpListeners} Phoenix sockets, ` +
     `${options.tpPosters} closed-loop posters; activities received by the listeners per second, per core the server used (${cores} cores in all)`)
   printTable(
@@ -816,7 +824,7 @@ const main = async () => {
       DATA_DIR: join(workDir, "data")
     }, workDir)
     await waitUntilServing(child, "/health/ready")
-    setup ??= await setUpParley(child, adminToken, dbUrl.toString(), [...idleIds, ...fanoutIds.one, ...fanoutIds.two, ...throughputIds])
+    setup ??= await setUpParley(child, adminToken, dbUrl.toString(), [...idleIds, ...fanoutIds.one, ...fanoutIds.two, ...throughputIds], options.tokenUser)
     const target: Target = { name: "parley", child, query: `token=${encodeURIComponent(setup.token)}`, headers: { "x-api-key": setup.apiKey } }
     return target
   }
@@ -847,6 +855,8 @@ const main = async () => {
         idleRows.push(await idleScenario(node, listeners, idleIds, options.sockets, { url: dbUrl.toString(), name: dbName }))
         await stopChild(node.child)
       }
+      // Each scenario's table as soon as it is measured: a later scenario can take long, or fail.
+      printIdle(idleRows, options.idleConversations, options.clientProcesses)
     }
     if (options.only.has("fanout") || options.only.has("throughput")) {
       const floor = floorWanted ? await startFloor() : undefined
@@ -861,11 +871,13 @@ const main = async () => {
           fanoutRows.push(await fanoutScenario("parley, 2 nodes", parley, b, listeners, fanoutIds.two, options))
           await stopChild(b.child)
         }
+        printFanout(fanoutRows, options)
       }
       if (options.only.has("throughput")) {
         console.log("throughput:")
         if (floor !== undefined) throughputRows.push(await throughputScenario(floor, listeners, throughputIds, options))
         if (parley !== undefined) throughputRows.push(await throughputScenario(parley, listeners, throughputIds, options))
+        printThroughput(throughputRows, options, cpus.length)
       }
       if (floor !== undefined) await stopChild(floor.child)
       if (parley !== undefined) await stopChild(parley.child)
@@ -876,9 +888,6 @@ const main = async () => {
       await dropDatabase()
     }
   }
-  if (idleRows.length > 0) printIdle(idleRows, options.idleConversations, options.clientProcesses)
-  if (fanoutRows.length > 0) printFanout(fanoutRows, options)
-  if (throughputRows.length > 0) printThroughput(throughputRows, options, cpus.length)
   const invalid = [...idleRows.map((r) => r.failed), ...fanoutRows.map((r) => r.errors), ...throughputRows.map((r) => r.errors)].some((n) => n > 0)
   if (invalid) {
     console.log("INVALID: some joins, streams or appends failed (samples above)")
@@ -935,7 +944,7 @@ const retryTakenPort = async <A>(start: () => Promise<A>): Promise<A> => {
 }
 
 /** One tenant (limit raised), one webhook channel, the conversations stored directly, one channel-scoped token. */
-const setUpParley = async (node: Child, adminToken: string, dbUrl: string, conversationIds: ReadonlyArray<string>): Promise<Setup> => {
+const setUpParley = async (node: Child, adminToken: string, dbUrl: string, conversationIds: ReadonlyArray<string>, user: string): Promise<Setup> => {
   const admin = { authorization: `Bearer ${adminToken}` }
   const tenant = await call(node.port, "POST", "/api/v1/admin/tenants", admin, { tenant: { name: "bench" } })
   if (tenant.status !== 201) throw new Error(`tenant create: ${tenant.status} ${JSON.stringify(tenant.body)}`)
@@ -964,7 +973,7 @@ const setUpParley = async (node: Child, adminToken: string, dbUrl: string, conve
     await client.query("ANALYZE")
   })
   const generated = await call(node.port, "POST", "/api/v1/chat/tokens/generate", { authorization: `Bearer ${secret}` }, {
-    user: { id: "bench-agent" },
+    ...(user === "" ? {} : { user: { id: user } }),
     scope: "channel"
   })
   if (generated.status !== 200) throw new Error(`token generate: ${generated.status} ${JSON.stringify(generated.body)}`)
