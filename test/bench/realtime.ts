@@ -440,11 +440,8 @@ interface IdleRow {
  */
 const JOIN_CONCURRENCY = Number(process.env["BENCH_RT_JOIN_CONCURRENCY"] ?? 8)
 
-/** No limit on failed joins (the IPC channel is JSON: no Infinity). */
-const ALL = 1_000_000_000
-
 /** Failed joins after which a listener process tries no more (the node is falling over). */
-const IDLE_MAX_FAILURES = 100
+const MAX_FAILED_JOINS = 100
 
 /** Settling time after the last join, before the RSS is read (and the hold's CPU measured). */
 const IDLE_SETTLE_MS = 5000
@@ -503,12 +500,12 @@ const idleScenario = async (
     peakRss = Math.max(peakRss, processRss(pid))
   }, 250)
   const replies = await Promise.all(parts.map((part, i) =>
-    listeners.send(i, { op: "phoenix", url: phoenixUrl(target), conversations: part, concurrency: JOIN_CONCURRENCY, maxFailures: IDLE_MAX_FAILURES })))
+    listeners.send(i, { op: "phoenix", url: phoenixUrl(target), conversations: part, concurrency: JOIN_CONCURRENCY, maxFailures: MAX_FAILED_JOINS })))
     .finally(() => clearInterval(sampler))
   const { opened, failed, untried, ms } = openedOf(replies)
   const cpuMsPerJoin = (((processCpu(pid) ?? 0) - joinCpu) * 1000) / Math.max(1, opened)
   console.log(`${opened} joined in ${(ms / 1000).toFixed(1)} s${failed > 0 ? `, ${failed} failed` : ""}` +
-    (untried > 0 ? ` (${untried} not tried: each listener process stops after ${IDLE_MAX_FAILURES} failed joins)` : ""))
+    (untried > 0 ? ` (${untried} not tried: each listener process stops after ${MAX_FAILED_JOINS} failed joins)` : ""))
   if (target.child.exited) {
     // Out of memory, most likely: what it reached is the figure, its log says why.
     console.log(`  ${target.name} exited while its sockets joined (peak RSS ${mb(peakRss)}):\n${tail(target.child.logFile, 15)}`)
@@ -566,7 +563,7 @@ const fanoutScenario = async (
   process.stdout.write(`  ${name}: ${conversations.length} sockets + ${conversations.length} SSE streams ... `)
   const parts = spread(conversations, listeners.processes.length)
   const opened = openedOf(await Promise.all(parts.flatMap((part, i) => [
-    listeners.send(i, { op: "phoenix", url: phoenixUrl(listenOn), conversations: part, concurrency: JOIN_CONCURRENCY, maxFailures: ALL }),
+    listeners.send(i, { op: "phoenix", url: phoenixUrl(listenOn), conversations: part, concurrency: JOIN_CONCURRENCY, maxFailures: MAX_FAILED_JOINS }),
     listeners.send(i, { op: "sse", port: listenOn.child.port, paths: part.map((id) => ssePath(listenOn, id)), concurrency: JOIN_CONCURRENCY })
   ])))
   process.stdout.write(`${opened.opened} open${opened.failed > 0 ? `, ${opened.failed} failed` : ""}; ` +
@@ -637,7 +634,7 @@ const throughputScenario = async (target: Target, listeners: Listeners, conversa
   const ids = conversations.flatMap((id) => Array.from({ length: options.tpListeners }, () => id))
   process.stdout.write(`  ${target.name}: ${conversations.length} conversations x ${options.tpListeners} sockets ... `)
   const opened = openedOf(await Promise.all(spread(ids, listeners.processes.length).map((part, i) =>
-    listeners.send(i, { op: "phoenix", url: phoenixUrl(target), conversations: part, concurrency: JOIN_CONCURRENCY, maxFailures: ALL }))))
+    listeners.send(i, { op: "phoenix", url: phoenixUrl(target), conversations: part, concurrency: JOIN_CONCURRENCY, maxFailures: MAX_FAILED_JOINS }))))
   process.stdout.write(`${opened.opened} joined; ${options.tpPosters} posters, ${options.warmupMs / 1000} s warm-up + ${options.durationMs / 1000} s ... `)
   const pids = [target.child.process.pid!]
   let start = { cpu: cpuReading(pids, listeners), activities: 0 }
