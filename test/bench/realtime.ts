@@ -116,7 +116,9 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
   const known = ["only", "servers", "sockets", "idle-conversations", "client-processes", "conversations", "rate",
     "tp-conversations", "tp-listeners", "tp-posters", "warmup", "duration", "token-user"]
   for (const name of flags.keys()) if (!known.includes(name)) throw new Error(`unknown flag --${name} (${known.map((k) => `--${k}`).join(" ")})`)
-  const env = (name: string) => process.env[`BENCH_RT_${name.toUpperCase().replaceAll("-", "_")}`]
+  // Seconds are named as such in the environment (BENCH_RT_WARMUP_S), as in the append bench.
+  const seconds = new Set(["warmup", "duration"])
+  const env = (name: string) => process.env[`BENCH_RT_${name.toUpperCase().replaceAll("-", "_")}${seconds.has(name) ? "_S" : ""}`]
   const text = (name: string, fallback: string) => flags.get(name) ?? env(name) ?? fallback
   const number = (name: string, fallback: number) => {
     const n = Number(text(name, String(fallback)))
