@@ -7,7 +7,7 @@ import { eventually } from "./support/Eventually.js"
 import { insertConversation, tenantApi } from "./support/Fixtures.js"
 import { createChannel } from "./support/ManageClient.js"
 import { query } from "./support/TestDatabase.js"
-import { createTenant, TestNodeLive } from "./support/TestNode.js"
+import { createTenant, request, TestNodeLive } from "./support/TestNode.js"
 
 /** One request the receiver got. */
 interface Received {
@@ -90,5 +90,12 @@ layer(TestNodeLive({ DELIVERY_SWEEP_MS: "500" }), { excludeTestServices: true })
         { within: "30 seconds" }
       )
       expect(stored[0]).toEqual({ status: "sent", attempts: 2, provider_message_id: `receiver-${delivery.id}` })
+
+      // The node's delivery series: one retried attempt, one sent, its latency, the channel's breaker closed.
+      const metrics = String((yield* request("GET", "/metrics")).body)
+      expect(metrics).toMatch(/parley_delivery_attempts_total\{channel_type="webhook",outcome="retry"\} [1-9]/)
+      expect(metrics).toMatch(/parley_delivery_attempts_total\{channel_type="webhook",outcome="sent"\} [1-9]/)
+      expect(metrics).toMatch(/parley_delivery_latency_seconds_count\{channel_type="webhook"\} [1-9]/)
+      expect(metrics).toContain(`parley_delivery_breaker_state{channel_id="${channel.id}"} 0`)
     }), { timeout: 90_000 })
 })

@@ -16,6 +16,7 @@ import {
   reconcile
 } from "./CircuitBreaker.js"
 import { type DeliveryChannel, DeliverySenders, type DueDelivery, Outcome } from "./DeliverySender.js"
+import { DeliveryMetrics } from "./DeliveryMetrics.js"
 import type { DeliverySettings } from "./DeliverySettings.js"
 import { nextAttemptDelayMs } from "./RetryDelay.js"
 
@@ -56,6 +57,8 @@ interface ClaimedRow {
   readonly conversation_id: string
   readonly attempts: number
   readonly payload: Record<string, unknown>
+  /** When the delivery was planned (epoch ms): the append's time, for the latency to its first success. */
+  readonly planned_ms: string
 }
 
 const channelIdOf = uuidBrander<ChannelId>()
@@ -71,20 +74,25 @@ export const makeDeliveryLoop = (channelId: string, settings: DeliverySettings) 
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const senders = yield* DeliverySenders
+    const metrics = yield* DeliveryMetrics
+    // The loop ends with its entity (moved, or idle): the channel's next owner reports its breaker.
+    yield* Effect.addFinalizer(() => Effect.sync(() => metrics.forgetBreaker(channelId)))
     const decodeChannel = Schema.decodeUnknown(ChannelRow)
     let breaker: Breaker = closedBreaker
     // Start times of this owner's sends within the rate limit's window, oldest first.
     let recentSends: Array<number> = []
 
     /** Writes a breaker change unless the state moved meanwhile (a pause): the next turn reads that. */
-    const persist = (before: CircuitState, after: Breaker) =>
-      before === after.state ? Effect.void : sql`
+    const persist = (before: CircuitState, after: Breaker) => {
+      metrics.breaker(channelId, after.state)
+      return before === after.state ? Effect.void : sql`
         UPDATE channels SET circuit_state = ${after.state}
         WHERE id = ${channelId} AND circuit_state = ${before}`.pipe(
         Effect.zipRight(Effect.logInfo("delivery circuit breaker changed").pipe(
           Effect.annotateLogs({ channel_id: channelId, from: before, to: after.state })
         ))
       )
+    }
 
     /**
      * Takes up to `limit` due deliveries, oldest first, skipping rows another transaction holds, and
@@ -106,16 +114,27 @@ export const makeDeliveryLoop = (channelId: string, settings: DeliverySettings) 
           FROM due WHERE d.id = due.id
           RETURNING d.id, d.tenant_id, d.activity_id, d.conversation_id, d.attempts, d.payload, d.inserted_at
         )
-        SELECT id, tenant_id, activity_id, conversation_id, attempts, payload FROM claimed ORDER BY inserted_at, id`
+        SELECT id, tenant_id, activity_id, conversation_id, attempts, payload,
+               (extract(epoch FROM inserted_at) * 1000)::bigint::text AS planned_ms
+        FROM claimed ORDER BY inserted_at, id`
 
     /** Gives a claimed delivery back unsent (the breaker opened or a pause came while it waited). */
     const release = (id: string) =>
       sql`UPDATE deliveries SET next_attempt_at = now(), updated_at = now() WHERE id = ${id} AND status = 'pending'`
 
-    const record = (delivery: DueDelivery, channel: DeliveryChannel, outcome: Outcome) =>
+    const record = (delivery: DueDelivery, channel: DeliveryChannel, outcome: Outcome, plannedMs: number) =>
       Effect.gen(function*() {
         const attempts = delivery.attempts + 1
+        metrics.attempted(
+          channel.type,
+          outcome._tag === "Sent"
+            ? "sent"
+            : outcome._tag === "Permanent" || attempts >= channel.retryPolicy.max_attempts
+            ? "failed"
+            : "retry"
+        )
         if (outcome._tag === "Sent") {
+          metrics.firstSuccess(channel.type, (Date.now() - plannedMs) / 1000)
           const providerId = Option.getOrNull(outcome.providerMessageId)
           return yield* sql`
             UPDATE deliveries SET status = 'sent', sent_at = now(), attempts = ${attempts},
@@ -175,7 +194,7 @@ export const makeDeliveryLoop = (channelId: string, settings: DeliverySettings) 
                 : onNeutral(breaker)
             })
           ),
-          Effect.flatMap((outcome) => record(delivery, channel, outcome))
+          Effect.flatMap((outcome) => record(delivery, channel, outcome, Number(row.planned_ms)))
         )
       }).pipe(
         // One unrecorded outcome must not stop the batch's other sends: this one's lease ends and it

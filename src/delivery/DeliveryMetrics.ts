@@ -1,0 +1,43 @@
+import { Effect } from "effect"
+import { Counter, Gauge, Histogram } from "prom-client"
+import { Metrics } from "../ops/Metrics.js"
+import type { CircuitState } from "./CircuitBreaker.js"
+
+/** A breaker state as a gauge value. */
+const BREAKER_VALUE: Readonly<Record<CircuitState, number>> = { closed: 0, half_open: 1, open: 2, paused: 3 }
+
+/**
+ * The delivery series of CONTRACT.md §9 and issue 29: attempts by outcome and channel type (`sent`,
+ * `retry` — a retried failure —, `failed` — a dead letter), the latency from the append to the first
+ * success, and each channel's breaker state as last seen by the node running its loop.
+ */
+export class DeliveryMetrics extends Effect.Service<DeliveryMetrics>()("parley/DeliveryMetrics", {
+  effect: Effect.map(Metrics, ({ registry }) => {
+    const attempts = new Counter({
+      name: "parley_delivery_attempts_total",
+      help: "Delivery attempts by channel type and outcome (sent, retry, failed: dead-lettered)",
+      labelNames: ["channel_type", "outcome"] as const,
+      registers: [registry]
+    })
+    const latency = new Histogram({
+      name: "parley_delivery_latency_seconds",
+      help: "From the append to the delivery's first success, by channel type",
+      labelNames: ["channel_type"] as const,
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
+      registers: [registry]
+    })
+    const breakers = new Gauge({
+      name: "parley_delivery_breaker_state",
+      help: "Circuit breaker of each channel whose loop this node ran: 0 closed, 1 half_open, 2 open, 3 paused",
+      labelNames: ["channel_id"] as const,
+      registers: [registry]
+    })
+    return {
+      attempted: (channelType: string, outcome: "sent" | "retry" | "failed") => attempts.inc({ channel_type: channelType, outcome }),
+      firstSuccess: (channelType: string, seconds: number) => latency.observe({ channel_type: channelType }, Math.max(0, seconds)),
+      breaker: (channelId: string, state: CircuitState) => breakers.set({ channel_id: channelId }, BREAKER_VALUE[state]),
+      /** The loop left this node (its entity stopped): its channel's state is reported by the next owner. */
+      forgetBreaker: (channelId: string) => breakers.remove({ channel_id: channelId })
+    } as const
+  })
+}) {}
