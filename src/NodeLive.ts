@@ -18,6 +18,7 @@ import { DeliveryMetrics } from "./delivery/DeliveryMetrics.js"
 import { DeliverySendersLive } from "./delivery/DeliverySenders.js"
 import { DeliverySweepLive } from "./delivery/DeliverySweep.js"
 import { RateLimiter } from "./ratelimit/RateLimiter.js"
+import { RoutingRules } from "./routing/RoutingRules.js"
 import { ConversationHub } from "./realtime/ConversationHub.js"
 import { ReadPositions } from "./conversations/ReadPositions.js"
 import { CountersClientLive } from "./db/CountersClient.js"
@@ -78,7 +79,9 @@ export const NodeLive = HttpLive.pipe(
       ConversationPurge.Default,
       ReadPositions.Default,
       ConversationOwnersLive,
-      ChannelDeliveriesLive
+      ChannelDeliveriesLive,
+      // Appends plan from its cache; the routes use the same instance.
+      RoutingRules.Default
     )
   ),
   // Built before the writer and released after it.

@@ -29,7 +29,13 @@ describe.skipIf(serverUrl === undefined)("listener streams across nodes", () => 
         const seen = (id: string, seq: number) => listener.output().includes(`seen ${id} ${seq}\n`)
         // One activity each, through this node, reaches the listening node: its streams are live. The
         // waits leave room for a host loaded by the rest of the suite (a listener process then starts slowly).
-        yield* Effect.forEach(ids, (id) => tenantApi(tenant.api_key, "POST", `/conversations/${id}/activities`, { text: "one" }))
+        // Shards move to the new node meanwhile: a 503 (retry later) is posted again.
+        yield* Effect.forEach(ids, (id) =>
+          eventually(
+            tenantApi(tenant.api_key, "POST", `/conversations/${id}/activities`, { text: "one" }, { "x-idempotency-key": "one" }),
+            (reply) => reply.status === 201,
+            { within: "60 seconds" }
+          ))
         yield* eventually(Effect.sync(() => ids.filter((id) => !seen(id, 1))), (missing) => missing.length === 0, { within: "60 seconds" })
         // The conversations this node owns, each followed from the listening node (and none of
         // ours from here: this process's hub has no listeners). Shards move to the new node for a

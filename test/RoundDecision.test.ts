@@ -15,6 +15,8 @@ import type { Activity, ActivityDraft } from "../src/domain/Activity.js"
 import type { ConversationClosed, InvalidMessage, Unavailable } from "../src/domain/ApiError.js"
 import { ChannelId } from "../src/domain/Channel.js"
 import { TenantId } from "../src/domain/Tenant.js"
+import { compileStored } from "../src/routing/Conditions.js"
+import { type PlannedChannel, type PlannedRule, type Planner, planRouting } from "../src/routing/RoutingPlan.js"
 import { messageDraft } from "./support/Fixtures.js"
 
 const NOW = Date.parse("2030-01-01T12:00:00.000Z")
@@ -26,7 +28,9 @@ const conversation = (status: "active" | "closed", updatedAt = "2030-01-01T11:00
   status,
   head_seq: 4,
   updated_at: updatedAt,
-  origin_channel_id: originChannel
+  origin_channel_id: originChannel,
+  metadata: { tier: "gold" },
+  participant: null
 })
 
 const append = (draft: ActivityDraft, fields: Partial<AppendCommand> = {}): AppendCommand => ({
@@ -167,12 +171,40 @@ describe("RoundDecision", () => {
     expect(decided.keyChecks).toEqual([keyId])
   })
 
-  it("deliveries go to the origin channel, except for activities that came from it", () => {
+  it("deliveries go to the origin channel, except for activities that came from it, and to matching rules' targets", () => {
+    const target = crypto.randomUUID()
+    const channels = new Map<string, PlannedChannel>([
+      [originChannel, { id: originChannel, mode: "duplex", status: "active", transformations: [] }],
+      [target, { id: target, mode: "outbound", status: "active", transformations: [{ type: "prefix_text", value: "[gold] " }] }]
+    ])
+    const rule: PlannedRule = {
+      id: crypto.randomUUID(),
+      name: "gold to target",
+      source_channel_id: originChannel,
+      target_channel_ids: [target],
+      enabled: true,
+      priority: 100,
+      stop_processing: false,
+      conditions: { field: "conversation.metadata.tier", op: "eq", value: "gold" },
+      condition: compileStored({ field: "conversation.metadata.tier", op: "eq", value: "gold" }),
+      transformations: [{ type: "set_metadata", key: "routed", value: true }]
+    }
+    const planOne: Planner = (activity, conversation, participant, at) =>
+      planRouting({ activity, conversation, participant, at, rules: [rule], channels })
     const fromOrigin = { ...messageDraft("inbound"), source_channel_id: originChannel }
     const fromApi = messageDraft("outbound")
-    expect(planDeliveries(conversation("active"), [fromOrigin, fromApi])).toEqual([
-      { id: expect.any(String), activityId: fromApi.id, channelId: originChannel }
+    const planned = planDeliveries(conversation("active"), [fromOrigin, fromApi], planOne, new Date(NOW))
+    expect(planned).toEqual([
+      { id: expect.any(String), activityId: fromOrigin.id, channelId: target, copy: expect.objectContaining({ text: "[gold] inbound" }), routed: true },
+      { id: expect.any(String), activityId: fromApi.id, channelId: originChannel, copy: fromApi, routed: false },
+      { id: expect.any(String), activityId: fromApi.id, channelId: target, copy: expect.objectContaining({ text: "[gold] outbound" }), routed: true }
     ])
+    // The target's copy has its own chain then the rule's; the stored draft is untouched.
+    expect(planned[0]!.copy.metadata).toEqual({ ...fromOrigin.metadata, routed: true })
+    expect(fromOrigin.text).toBe("inbound")
+    // A conversation the condition does not match goes to its origin alone.
+    const silver = { ...conversation("active"), metadata: { tier: "silver" } }
+    expect(planDeliveries(silver, [fromOrigin, fromApi], planOne, new Date(NOW)).map((d) => d.channelId)).toEqual([originChannel])
   })
 
   it("a round takes at most 256 commands, and stops before the drafts outgrow half a statement's JSON", () => {

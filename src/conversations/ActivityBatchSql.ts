@@ -64,18 +64,31 @@ const activityRows = (g: WriteGroup) =>
     source_channel_id: a.source_channel_id
   }))
 
-/** A group's planned deliveries; their payloads are the stored activities (the statement fills in `inserted_at`). */
+/** A group's planned deliveries; their payloads are the channels' copies as stored (the statement fills in `inserted_at`). */
 const deliveryRows = (g: WriteGroup) =>
   g.deliveries.map((d) => {
     const i = g.activities.findIndex((a) => a.id === d.activityId)
-    return deliveryRow(d, storedActivity(g.activities[i]!, g.oldHead + 1 + i, g, ""))
+    return deliveryRow(d, storedActivity(d.copy, g.oldHead + 1 + i, g, ""))
   })
 
-/** The rows of groups as the statement's JSON documents. */
+/** The channels a group's routed deliveries go to, once each (most groups: none). */
+const targetLinks = (g: WriteGroup) => {
+  const links: Array<{ conversation_id: string; channel_id: string }> = []
+  for (const d of g.deliveries) {
+    if (d.routed && !links.some((link) => link.channel_id === d.channelId)) {
+      links.push({ conversation_id: g.conversationId, channel_id: d.channelId })
+    }
+  }
+  return links
+}
+
+/** The rows of groups as the statement's JSON documents; `targets` is null when nothing was routed. */
 export const encodeRows = (groups: ReadonlyArray<WriteGroup>) => {
   const rows = JSON.stringify(groups.flatMap(activityRows))
   const planned = JSON.stringify(groups.flatMap(deliveryRows))
-  return { rows, planned, size: rows.length + planned.length }
+  const links = groups.flatMap(targetLinks)
+  const targets = links.length === 0 ? null : JSON.stringify(links)
+  return { rows, planned, targets, size: rows.length + planned.length + (targets?.length ?? 0) }
 }
 
 /** The rows of a batch, encoded once: their size decides how many groups one statement carries. */
@@ -127,9 +140,17 @@ export const batchStatement = (writer: SqlClient.SqlClient, groups: ReadonlyArra
           deleted_at = CASE WHEN a.id = ANY(${deletes}::uuid[]) THEN COALESCE(a.deleted_at, now()) ELSE a.deleted_at END
       WHERE a.id = ANY(${targets}::uuid[]) AND (a.conversation_id = ANY(ARRAY(SELECT id FROM moved))) IS TRUE
     )`
-  return writer<BatchAnswer>`${
-    writer.literal(prepared(targets.length === 0 ? "append_batch" : "append_batch_with_marks"))
-  }
+  // Routed groups link their conversation to each target channel (role `target`, GET /conversations/:id).
+  const links = encoded.targets === null ? writer.literal("") : writer`, linked AS (
+      INSERT INTO conversation_channels (conversation_id, channel_id, role)
+      SELECT t.conversation_id, t.channel_id, 'target'
+      FROM jsonb_to_recordset(${encoded.targets}::jsonb) AS t(conversation_id uuid, channel_id uuid)
+      WHERE t.conversation_id IN (SELECT id FROM moved)
+        AND EXISTS (SELECT 1 FROM channels ch WHERE ch.id = t.channel_id AND ch.mode <> 'inbound')
+      ON CONFLICT (conversation_id, channel_id) DO NOTHING
+    )`
+  const name = `append_batch${targets.length === 0 ? "" : "_with_marks"}${encoded.targets === null ? "" : "_with_links"}`
+  return writer<BatchAnswer>`${writer.literal(prepared(name))}
     WITH heads AS (
       SELECT * FROM jsonb_to_recordset(${JSON.stringify(heads)}::jsonb)
                AS v(id uuid, old_head int8, new_head int8, status text, deadline int8, key_checks jsonb)
@@ -183,7 +204,7 @@ export const batchStatement = (writer: SqlClient.SqlClient, groups: ReadonlyArra
            AS t(id uuid, tenant_id uuid, activity_id uuid, conversation_id uuid, channel_id uuid, payload jsonb)
       WHERE t.conversation_id IN (SELECT id FROM moved)
         AND EXISTS (SELECT 1 FROM channels ch WHERE ch.id = t.channel_id AND ch.mode <> 'inbound')
-    )${marks}
+    )${marks}${links}
     SELECT moved.id, clock.at, 'moved' AS outcome FROM moved, clock
     UNION ALL
     SELECT id, NULL, 'late' FROM late

@@ -14,6 +14,8 @@ import {
 } from "../domain/ApiError.js"
 import type { ConversationId } from "../domain/Conversation.js"
 import { ChannelDeliveries } from "../delivery/ChannelDeliveries.js"
+import type { PlannedDelivery } from "../delivery/DeliveryRows.js"
+import { RoutingRules } from "../routing/RoutingRules.js"
 import { ActivityRepo } from "./ActivityRepo.js"
 import { ActivityWriter } from "./ActivityWriter.js"
 import { type AppendRequest, type StatusRequest, WriteOutcomeUnknown } from "./ConversationOwners.js"
@@ -44,6 +46,13 @@ type StatusDone = Reply<{ readonly changed: boolean }, NotFound | Unavailable | 
 /** A command with the reply its caller waits for. */
 type Command = (AppendCommand & { readonly done: AppendDone }) | (StatusCommand & { readonly done: StatusDone })
 
+/** Wakes each channel a group's deliveries go to (most groups: one channel, no set). */
+const wakeChannels = (deliveries: typeof ChannelDeliveries.Service, planned: ReadonlyArray<PlannedDelivery>) => {
+  const first = planned[0]!.channelId
+  if (planned.every((d) => d.channelId === first)) return deliveries.wake(first)
+  return Effect.forEach(new Set(planned.map((d) => d.channelId)), (channelId) => deliveries.wake(channelId), { discard: true })
+}
+
 /** How often a round is retried after another writer moved the head (two owners for a moment). */
 const MAX_CONFLICT_RETRIES = 5
 /** How long a round's read may take when its commands' deadlines have passed already. */
@@ -62,6 +71,7 @@ export const makeConversationCore = (conversationId: ConversationId, isOwned: ()
     const states = yield* ConversationStateRepo
     // Optional: a core built without the cluster's delivery loops (a unit test) writes the rows only.
     const deliveries = Option.getOrUndefined(yield* Effect.serviceOption(ChannelDeliveries))
+    const routing = yield* RoutingRules
     // Made for the first stream: most conversations never have one, and the buffer takes memory.
     let live: PubSub.PubSub<Activity> | undefined
     const liveFeed = Effect.suspend(() =>
@@ -117,10 +127,25 @@ export const makeConversationCore = (conversationId: ConversationId, isOwned: ()
       decided: RoundDecision<Command>,
       attempt: number
     ): Effect.Effect<void> => {
-      const { answered, deadline, drafts, keyChecks, status, statusChange, waiting } = decided
+      const { answered, drafts, waiting } = decided
       for (const [command, answer] of answered) (command.done as Reply<unknown, unknown>)(answer)
       if (drafts.length === 0) return Effect.void
-      const planned = planDeliveries(current, drafts)
+      // From the cached rules (no read while the cache is current); a failed read writes nothing.
+      const now = Date.now()
+      return Effect.matchEffect(routing.planner(current.tenant_id), {
+        onFailure: () => failUnwritten(waiting.map(([command]) => command), appendMayBeStored(attempt, now)),
+        onSuccess: (planOne) => writePlanned(current, decided, planDeliveries(current, drafts, planOne, new Date(now)), attempt)
+      })
+    }
+
+    /** Writes a decided group with its planned deliveries, and wakes the channels they go to after the commit. */
+    const writePlanned = (
+      current: ConversationState,
+      decided: RoundDecision<Command>,
+      planned: ReadonlyArray<PlannedDelivery>,
+      attempt: number
+    ): Effect.Effect<void> => {
+      const { deadline, drafts, keyChecks, status, statusChange, waiting } = decided
       return Effect.matchEffect(
         writer.write({
           conversationId,
@@ -174,9 +199,9 @@ export const makeConversationCore = (conversationId: ConversationId, isOwned: ()
             }
             // Listeners get the activities before their writers' answers. With no stream open nobody
             // is subscribed: publishing would only cost.
-            // After the commit and the answers: the channel's loop finds the rows. The wake only
-            // forks (coalesced per channel); every planned delivery goes to the origin channel.
-            const woken = planned.length > 0 && deliveries !== undefined ? deliveries.wake(current.origin_channel_id) : Effect.void
+            // After the commit and the answers: the channels' loops find the rows. A wake only
+            // forks (coalesced per channel).
+            const woken = planned.length > 0 && deliveries !== undefined ? wakeChannels(deliveries, planned) : Effect.void
             if (subscribers > 0 && live !== undefined) {
               return Effect.zipRight(Effect.zipRight(PubSub.publishAll(live, inserted), Effect.sync(answer)), woken)
             }

@@ -5,6 +5,7 @@ import { JobRunner } from "../ops/JobRunner.js"
 import { ActivityRepo } from "./ActivityRepo.js"
 import { ActivityWriter } from "./ActivityWriter.js"
 import { ConversationStateRepo } from "./ConversationState.js"
+import { RoutingRules } from "../routing/RoutingRules.js"
 import { type ConversationCore, makeConversationCore } from "./ConversationCore.js"
 
 /** A core unused this long, with no open stream, is dropped (its state is reloaded when needed). */
@@ -31,6 +32,7 @@ export class ConversationCores extends Effect.Service<ConversationCores>()("parl
     const writer = yield* ActivityWriter
     const activityRepo = yield* ActivityRepo
     const states = yield* ConversationStateRepo
+    const routing = yield* RoutingRules
     const jobs = yield* JobRunner
     const scope = yield* Effect.scope
     // In order of use, least recent first.
@@ -114,7 +116,8 @@ export class ConversationCores extends Effect.Service<ConversationCores>()("parl
                 Scope.extend(child),
                 Effect.provideService(ActivityWriter, writer),
                 Effect.provideService(ActivityRepo, activityRepo),
-                Effect.provideService(ConversationStateRepo, states)
+                Effect.provideService(ConversationStateRepo, states),
+                Effect.provideService(RoutingRules, routing)
               )
               running.set(conversationId, { core, shardId, scope: child, lastUsed: performance.now() })
               return core

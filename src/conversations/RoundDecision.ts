@@ -5,6 +5,7 @@ import { DELETED_TARGET, refusedOnDeletedTarget } from "./ActivityRules.js"
 import type { PlannedDelivery } from "../delivery/DeliveryRows.js"
 import { MAX_STATEMENT_JSON } from "./ActivityWriter.js"
 import type { TenantId } from "../domain/Tenant.js"
+import type { Planner } from "../routing/RoutingPlan.js"
 import type { ConversationState } from "./ConversationState.js"
 
 /**
@@ -112,13 +113,30 @@ const statusEvent = (status: "active" | "closed", reason: "manual" | "expired"):
 })
 
 /**
- * Deliveries back to the origin channel for activities that did not come from it; the write drops
- * them while the channel only receives (its mode is read at write time).
+ * The deliveries of a group's drafts (server-apis.md "Routing rules"): to the origin channel and to the
+ * targets of the origin's matching rules, each with that channel's copy. The write still drops those
+ * to a channel that only receives (its mode is read at write time).
  */
-export const planDeliveries = (state: ConversationState, drafts: ReadonlyArray<ActivityDraft>): Array<PlannedDelivery> =>
-  drafts
-    .filter((draft) => draft.source_channel_id !== state.origin_channel_id)
-    .map((draft) => ({ id: crypto.randomUUID(), activityId: draft.id, channelId: state.origin_channel_id }))
+export const planDeliveries = (
+  state: ConversationState,
+  drafts: ReadonlyArray<ActivityDraft>,
+  planOne: Planner,
+  at: Date
+): Array<PlannedDelivery> => {
+  const planned: Array<PlannedDelivery> = []
+  for (const draft of drafts) {
+    for (const delivery of planOne(draft, state, state.participant, at).deliveries) {
+      planned.push({
+        id: crypto.randomUUID(),
+        activityId: draft.id,
+        channelId: delivery.channel_id,
+        copy: delivery.activity,
+        routed: delivery.rule_id !== null
+      })
+    }
+  }
+  return planned
+}
 
 /** The answer to a command a round settles without writing it. */
 export type RoundAnswer =

@@ -32,7 +32,6 @@ import { ClientAuthLive } from "./ClientAuth.js"
 import { ClientConversationsHandlers } from "./ClientConversationsHandlers.js"
 import { PublishableKeysHandlers } from "./PublishableKeysHandlers.js"
 import { RoutingRulesHandlers } from "./RoutingRulesHandlers.js"
-import { RoutingRules } from "../routing/RoutingRules.js"
 import { SettingsHandlers } from "./SettingsHandlers.js"
 import { UsersHandlers } from "./UsersHandlers.js"
 import { EdgeMiddleware } from "./EdgeMiddleware.js"
@@ -122,7 +121,6 @@ const RouteServices = ClientTokens.Default.pipe(Layer.provideMerge(Layer.mergeAl
   TokenSigner.Default,
   TokenRevocations.Default,
   DeprecationWarnings.Default,
-  RoutingRules.Default,
   Deliveries.Default,
   ChannelDelivery.Default,
   Outbox.Default

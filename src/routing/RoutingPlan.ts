@@ -80,6 +80,14 @@ export interface Plan<A> {
   readonly deliveries: ReadonlyArray<PlannedDelivery<A>>
 }
 
+/** Plans one activity against a tenant's rules and channels as read once (RoutingRules.planner). */
+export type Planner = <A extends PlanActivity>(
+  activity: A,
+  conversation: PlanInput<A>["conversation"],
+  participant: PlanInput<A>["participant"],
+  at: Date
+) => Plan<A>
+
 /** Evaluation order: priority (lower first), then name and id so equal priorities plan the same everywhere. */
 export const byPriority = (a: PlannedRule, b: PlannedRule) =>
   a.priority - b.priority || (a.name < b.name ? -1 : a.name > b.name ? 1 : a.id < b.id ? -1 : a.id > b.id ? 1 : 0)

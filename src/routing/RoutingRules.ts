@@ -13,7 +13,7 @@ import { sameJson } from "../domain/SameJson.js"
 import { failureLog } from "../ops/FailureLog.js"
 import { JobRunner } from "../ops/JobRunner.js"
 import { compileStored, type RoutingSubject } from "./Conditions.js"
-import { type PlanActivity, type PlannedChannel, type PlannedRule, planRouting } from "./RoutingPlan.js"
+import { type PlanActivity, type PlannedChannel, type PlannedRule, type Planner, planRouting } from "./RoutingPlan.js"
 import { RoutingRule, type RoutingRuleInput, type RuleFields } from "./RoutingRule.js"
 import { checkRuleFields, closesCycle } from "./RuleValidation.js"
 
@@ -149,20 +149,25 @@ export class RoutingRules extends Effect.Service<RoutingRules>()("parley/Routing
     )
 
     /**
-     * The plan of one activity from the cached rules and channels (RoutingPlan.planRouting): the
-     * matching rules in order and each target's transformed copy. Reads no rules while the cache is current.
+     * The tenant's planner over its cached rules and channels (RoutingPlan.planRouting): each plan
+     * gives the matching rules in order and each target's transformed copy. Reads no rules while the
+     * cache is current, so an append's round plans its whole group from one lookup.
      */
+    const planner = (tenantId: TenantId) =>
+      routingOf(tenantId).pipe(
+        Effect.map(({ channels, rules }): Planner => (activity, conversation, participant, at) =>
+          planRouting({ activity, conversation, participant, at, rules, channels })),
+        orUnavailable
+      )
+
+    /** The plan of one activity (dry_run): the same planner appends use. */
     const plan = <A extends PlanActivity>(
       tenantId: TenantId,
       activity: A,
       conversation: PlanConversation,
       participant: RoutingSubject["participant"],
       at: Date
-    ) =>
-      routingOf(tenantId).pipe(
-        Effect.map(({ channels, rules }) => planRouting({ activity, conversation, participant, at, rules, channels })),
-        orUnavailable
-      )
+    ) => Effect.map(planner(tenantId), (planOne) => planOne(activity, conversation, participant, at))
 
     // A channel token reaches only its own channel: the rules whose source it is.
     const visible = (credential: TenantCredential, rule: RoutingRule) =>
@@ -311,7 +316,7 @@ export class RoutingRules extends Effect.Service<RoutingRules>()("parley/Routing
     /** Whether the tenant is cached on this node now (tests of the refresh). */
     const isCached = (tenantId: string) => Effect.sync(() => cache.has(tenantId))
 
-    return { list, get, create, update, remove, plan, isCached } as const
+    return { list, get, create, update, remove, plan, planner, isCached } as const
   }),
   dependencies: [AuditLog.Default]
 }) {}

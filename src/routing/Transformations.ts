@@ -54,6 +54,8 @@ const redact = (text: string, pattern: string, replacement: string): string => {
  * `activity`; the original is untouched. A step whose parameters are not as validated is skipped.
  */
 export const applyTransformations = <A extends Transformable>(activity: A, steps: ReadonlyArray<Transformation>): A => {
+  // Nothing is ever changed in place: with no steps the activity is its own copy (the common case on appends).
+  if (steps.length === 0) return activity
   let text = activity.text
   let metadata: Record<string, unknown> = { ...activity.metadata }
   for (const step of steps) {
