@@ -10,10 +10,11 @@ import { ChannelEntity, type ChannelFeedItem } from "./ChannelEntity.js"
  */
 const UPSTREAM_LIFETIME = Duration.seconds(30)
 /**
- * The longest a listener waits for the node to follow the channel's feed (the owner reached): past it,
- * it listens anyway and hears what arrives once the upstream is in place.
+ * The longest a listener waits for the node to follow the channel's feed (the owner reached, which takes
+ * seconds while its shard moves): past it, it listens anyway and hears what arrives once the upstream is
+ * in place. Well below a Phoenix client's join timeout (10 s by default).
  */
-const FOLLOW_WAIT = Duration.seconds(5)
+const FOLLOW_WAIT = Duration.seconds(2)
 
 /** Channel feeds across the cluster: each node follows a channel's entity stream once for all its local sockets. */
 export const ChannelFeedLive = Layer.scoped(
