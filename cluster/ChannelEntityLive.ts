@@ -1,8 +1,12 @@
 import { Entity } from "@effect/cluster"
-import { Duration, Effect, Layer } from "effect"
+import { Rpc } from "@effect/rpc"
+import { Duration, Effect, Layer, PubSub, Stream } from "effect"
+import { AppConfig } from "../src/config/AppConfig.js"
 import { makeDeliveryLoop } from "../src/delivery/DeliveryLoop.js"
 import { deliverySettings } from "../src/delivery/DeliverySettings.js"
+import { LocalChannelFeeds } from "../src/delivery/LocalChannelFeeds.js"
 import { ChannelEntity } from "./ChannelEntity.js"
+import { boundedLifetime } from "./ConversationEntityLive.js"
 
 /**
  * After a failed turn (the database away, a channel row it cannot read) the loop tries again this much
@@ -21,13 +25,16 @@ const MAX_IDLE = Duration.minutes(5)
  * The channel entity: owns the channel's delivery loop on whichever node owns its shard. `Wake` starts
  * the loop or, while it runs, makes it take one more turn; the loop runs while it finds due work, sleeps
  * while parked with a known end (an open breaker's cool-down, the rate limit), and stops when idle or
- * parked for good (paused, inactive): a later wake or the sweep starts it again.
+ * parked for good (paused, inactive): a later wake or the sweep starts it again. Its live feed (what the
+ * loop's `websocket` sender hands over) lives as long as the entity: `Follow` streams read it.
  */
 export const ChannelEntityLive = Layer.unwrapEffect(Effect.map(deliverySettings, (settings) =>
   ChannelEntity.toLayer(
     Effect.gen(function*() {
       const channelId = (yield* Entity.CurrentAddress).entityId
       const loop = yield* makeDeliveryLoop(channelId, settings)
+      const feed = yield* (yield* LocalChannelFeeds).open(channelId)
+      const bounded = boundedLifetime((yield* AppConfig).clusterStreamLifetimeMs)
       const scope = yield* Effect.scope
       let running = false
       let nudged = false
@@ -77,7 +84,16 @@ export const ChannelEntityLive = Layer.unwrapEffect(Effect.map(deliverySettings,
             }
             running = true
             return Effect.asVoid(Effect.forkIn(turns(++generation), scope))
-          })
+          }),
+        // A stream lives long; fork it so the entity keeps taking wakes. Bounded as every entity stream
+        // is: the cluster never ends the stream of a node that died (ADR 0014).
+        Follow: () =>
+          Rpc.fork(bounded(Stream.unwrapScoped(Effect.map(PubSub.subscribe(feed), (live) =>
+            // Subscribed before `Following` goes out: whatever is sent after it reaches the follower.
+            Stream.concat(
+              Stream.succeed({ _tag: "Following" as const }),
+              Stream.map(Stream.fromQueue(live), (activity) => ({ _tag: "Delivered" as const, activity }))
+            )))))
       })
     }),
     { maxIdleTime: MAX_IDLE }

@@ -1,9 +1,10 @@
-import { Duration, Effect, Fiber, Layer, PubSub, Runtime, Stream } from "effect"
+import { Duration, Effect, Layer, Runtime } from "effect"
 import { ReadPositions } from "../src/conversations/ReadPositions.js"
 import { BadRequest, clusterUnavailable, type Unavailable } from "../src/domain/ApiError.js"
 import type { ConversationId } from "../src/domain/Conversation.js"
 import { JobRunner } from "../src/ops/JobRunner.js"
 import { ConversationSignals, Signal } from "../src/realtime/ConversationSignals.js"
+import { makeSharedUpstreams } from "../src/realtime/SharedUpstreams.js"
 import { ConversationSignalsEntity, MAX_ID_LENGTH, MAX_REPORTED_VIEWERS, type SignalWire } from "./ConversationSignalsEntity.js"
 
 /**
@@ -17,11 +18,6 @@ export const PRESENCE_RENEW_EVERY = Duration.seconds(2)
 /** Every entity call's deadline: the cluster retries forever while an entity moves. */
 const CALL_TIMEOUT = Duration.seconds(2)
 /**
- * Upstream pause after the entity's stream failed or ended early (a handoff). One that ran at least this
- * long is followed again at once.
- */
-const RESUBSCRIBE_AFTER = Duration.millis(250)
-/**
  * A node follows each entity stream anew this often: a stream left silent by an owner that crashed (and
  * whose re-send never resumed) recovers within it. The new stream starts with the current viewers.
  */
@@ -30,14 +26,6 @@ const UPSTREAM_LIFETIME = Duration.seconds(30)
 const LISTENER_BACKLOG = 256
 /** Renewals in flight at once. */
 const RENEW_CONCURRENCY = 16
-
-interface Topic {
-  readonly pubsub: PubSub.PubSub<Signal>
-  /** The viewers last handed to local listeners (JSON), to drop repeats: after a resubscribe, a warm-up. */
-  lastPresence: string | undefined
-  follower: Fiber.RuntimeFiber<never> | undefined
-  listeners: number
-}
 
 interface Viewing {
   /** Local views per user id. */
@@ -71,12 +59,11 @@ export const ConversationSignalsLive = Layer.scoped(
     const jobs = yield* JobRunner
     const entity = yield* ConversationSignalsEntity.client
     const scope = yield* Effect.scope
-    // Upstreams and reports run as fibers of this layer, not of the listener or viewer that started them.
+    // Reports run as fibers of this layer, not of the viewer that started them.
     const forkInNode = Runtime.runFork(yield* Effect.runtime<never>())
     // Per process start: a restarted node's old leases are another node's, and expire.
     const node = crypto.randomUUID()
     let versions = 0
-    const topics = new Map<ConversationId, Topic>()
     const viewing = new Map<ConversationId, Viewing>()
 
     const call = <A, E>(effect: Effect.Effect<A, E>): Effect.Effect<A, Unavailable> =>
@@ -86,57 +73,24 @@ export const ConversationSignalsLive = Layer.scoped(
         Effect.mapError(clusterUnavailable)
       )
 
-    /** Hands `signal` to this node's listeners; a presence equal to the last one handed is dropped. */
-    const deliver = (topic: Topic, wire: typeof SignalWire.Type) =>
-      Effect.suspend(() => {
-        if (wire._tag === "Presence") {
-          const key = JSON.stringify(wire.viewers)
-          if (key === topic.lastPresence) return Effect.void
-          topic.lastPresence = key
+    // Each node follows a conversation's signals once for all its local listeners.
+    const { follow } = yield* makeSharedUpstreams({
+      upstream: (conversationId: ConversationId) => entity(conversationId).Follow(),
+      lifetime: UPSTREAM_LIFETIME,
+      backlog: LISTENER_BACKLOG,
+      translate: () => {
+        // The viewers last handed to local listeners (JSON), to drop repeats: after a resubscribe, a warm-up.
+        let lastPresence: string | undefined
+        return (wire: typeof SignalWire.Type) => {
+          if (wire._tag === "Presence") {
+            const key = JSON.stringify(wire.viewers)
+            if (key === lastPresence) return undefined
+            lastPresence = key
+          }
+          return signalOf(wire)
         }
-        return Effect.asVoid(PubSub.publish(topic.pubsub, signalOf(wire)))
-      })
-
-    /** Follows the entity's stream, again after it ends or fails (a short pause unless it lived long). */
-    const upstream = (conversationId: ConversationId, topic: Topic) =>
-      entity(conversationId).Follow().pipe(
-        Stream.interruptAfter(UPSTREAM_LIFETIME),
-        Stream.runForEach((wire) => deliver(topic, wire)),
-        Effect.timed,
-        Effect.map(([ran]) => Duration.greaterThanOrEqualTo(ran, RESUBSCRIBE_AFTER)),
-        Effect.catchAllCause(() => Effect.succeed(false)),
-        Effect.flatMap((lived) => (lived ? Effect.void : Effect.sleep(RESUBSCRIBE_AFTER))),
-        Effect.forever
-      )
-
-    const follow = (conversationId: ConversationId): Stream.Stream<Signal> =>
-      Stream.unwrapScoped(Effect.gen(function*() {
-        const topic = yield* Effect.acquireRelease(
-          Effect.suspend(() => {
-            const existing = topics.get(conversationId)
-            if (existing !== undefined) {
-              existing.listeners++
-              return Effect.succeed(existing)
-            }
-            return Effect.map(PubSub.sliding<Signal>(LISTENER_BACKLOG), (pubsub) => {
-              const created: Topic = { pubsub, lastPresence: undefined, follower: undefined, listeners: 1 }
-              topics.set(conversationId, created)
-              created.follower = forkInNode(upstream(conversationId, created), { scope, immediate: false })
-              return created
-            })
-          }),
-          (topic) =>
-            Effect.suspend(() => {
-              topic.listeners--
-              if (topic.listeners > 0) return Effect.void
-              topics.delete(conversationId)
-              // Not awaited: stopping a call to an unreachable owner can take seconds.
-              const stop = topic.follower === undefined ? Effect.void : Fiber.interruptFork(topic.follower)
-              return Effect.zipRight(stop, PubSub.shutdown(topic.pubsub))
-            })
-        )
-        return Stream.fromQueue(yield* PubSub.subscribe(topic.pubsub))
-      }))
+      }
+    })
 
     const localViewers = (entry: Viewing | undefined): ReadonlyArray<string> => [...(entry?.counts.keys() ?? [])].sort()
 

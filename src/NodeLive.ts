@@ -1,6 +1,7 @@
 import { Effect, Layer, Logger, LogLevel } from "effect"
 import { ChannelDeliveriesLive } from "../cluster/ChannelDeliveriesLive.js"
 import { ChannelEntityLive } from "../cluster/ChannelEntityLive.js"
+import { ChannelFeedLive } from "../cluster/ChannelFeedLive.js"
 import { ClusterLive } from "../cluster/ClusterLive.js"
 import { ConversationEntityLive } from "../cluster/ConversationEntityLive.js"
 import { ConversationExpiryLive } from "../cluster/ConversationExpiry.js"
@@ -17,6 +18,7 @@ import { Conversations } from "./conversations/Conversations.js"
 import { DeliveryMetrics } from "./delivery/DeliveryMetrics.js"
 import { DeliverySendersLive } from "./delivery/DeliverySenders.js"
 import { DeliverySweepLive } from "./delivery/DeliverySweep.js"
+import { LocalChannelFeeds } from "./delivery/LocalChannelFeeds.js"
 import { RateLimiter } from "./ratelimit/RateLimiter.js"
 import { RoutingRules } from "./routing/RoutingRules.js"
 import { ConversationHub } from "./realtime/ConversationHub.js"
@@ -47,9 +49,17 @@ export const LoggingLive = Layer.unwrapEffect(
 
 const NodeServices = Layer.mergeAll(Metrics.Default, Lifecycle.Default, JobRunner.Default)
 
-/** Each channel's delivery loop (its entity, with the senders by channel type) and the sweep that wakes lost ones. */
+/**
+ * Each channel's delivery loop (its entity, with the senders by channel type) and the sweep that wakes lost
+ * ones. The entities and their `websocket` sender share one set of local feeds.
+ */
 const DeliveryLive = Layer.merge(
-  ChannelEntityLive.pipe(Layer.provide(DeliverySendersLive), Layer.provide(Conversations.Default), Layer.provide(DeliveryMetrics.Default)),
+  ChannelEntityLive.pipe(
+    Layer.provide(DeliverySendersLive),
+    Layer.provide(Conversations.Default),
+    Layer.provide(DeliveryMetrics.Default),
+    Layer.provide(LocalChannelFeeds.Default)
+  ),
   DeliverySweepLive
 )
 
@@ -70,7 +80,7 @@ export const NodeLive = HttpLive.pipe(
     )
   ),
   // Merged into the output, so in-process test nodes can reach the hub and the limiter.
-  Layer.provideMerge(Layer.mergeAll(ConversationHub.Default, RateLimiter.Default, ConversationCores.Default(), ConversationSignalsLive)),
+  Layer.provideMerge(Layer.mergeAll(ConversationHub.Default, RateLimiter.Default, ConversationCores.Default(), ConversationSignalsLive, ChannelFeedLive)),
   Layer.provideMerge(
     Layer.mergeAll(
       ActivityWriter.Default,

@@ -1,7 +1,9 @@
-import { Effect, Layer, Option } from "effect"
+import { Effect, Layer, Option, Schema } from "effect"
 import { ChannelSecrets } from "../channels/ChannelSecrets.js"
+import { Activity } from "../domain/Activity.js"
 import { makeEchoSender } from "./EchoSender.js"
 import { type DeliverySender, DeliverySenders, Outcome, SenderOverrides } from "./DeliverySender.js"
+import { LocalChannelFeeds } from "./LocalChannelFeeds.js"
 import { NatsPublisher } from "./NatsPublisher.js"
 import { Outbox } from "./Outbox.js"
 import type { DeliveryOutcome } from "./WebhookOutcome.js"
@@ -72,6 +74,27 @@ const makeOutboxSender = Effect.map(Outbox, (outbox): DeliverySender => ({
     )
 }))
 
+const decodeActivity = Schema.decodeUnknown(Activity)
+
+/**
+ * `websocket`: the activity copy is handed to the channel's live feed, owned by the channel's entity on
+ * this node (the loop runs inside it), and is `sent` then, whether or not a socket listens
+ * (docs/delivery/websocket.md).
+ */
+const makeWebsocketSender = Effect.map(LocalChannelFeeds, (feeds): DeliverySender => ({
+  send: (delivery, channel) =>
+    decodeActivity(delivery.payload).pipe(
+      Effect.flatMap((activity) => feeds.publish(channel.id, activity)),
+      Effect.map((handed) =>
+        handed
+          ? Outcome.Sent({ providerMessageId: Option.none() })
+          // The entity left this node while the loop finished its batch: the next owner sends it again.
+          : Outcome.Retry({ afterMs: Option.none(), error: "the channel's feed is not on this node" })
+      ),
+      Effect.catchTag("ParseError", () => Effect.succeed(Outcome.Permanent({ error: "the payload is not an activity" })))
+    )
+}))
+
 /** The product's senders by channel type. A type's sender is one entry of the list below. */
 export const DeliverySendersLive = Layer.effect(
   DeliverySenders,
@@ -80,7 +103,8 @@ export const DeliverySendersLive = Layer.effect(
       ["echo", yield* makeEchoSender],
       ["webhook", yield* makeWebhookSender],
       ["nats", yield* makeNatsSender],
-      ["http_pull", yield* makeOutboxSender]
+      ["http_pull", yield* makeOutboxSender],
+      ["websocket", yield* makeWebsocketSender]
     ])
     const overrides = yield* Effect.serviceOption(SenderOverrides)
     if (Option.isSome(overrides)) for (const [type, sender] of overrides.value) senders.set(type, sender)

@@ -11,6 +11,7 @@ import { isUuid } from "../../domain/Uuid.js"
 import { decodeWatermark } from "../../domain/Watermark.js"
 import { activityInputOf } from "../../http/ClientActivityWire.js"
 import { RateLimiter } from "../../ratelimit/RateLimiter.js"
+import { ChannelFeed } from "../ChannelFeed.js"
 import { ConversationHub } from "../ConversationHub.js"
 import { ConversationSignals, Signal } from "../ConversationSignals.js"
 import { LiveConnections } from "../LiveConnections.js"
@@ -53,7 +54,7 @@ const refusedBy = (error: WireError & { readonly _tag: string }): Reply => {
   }
 }
 
-/** What a socket has joined: a conversation it follows, or a channel topic (deliveries arrive with a later issue). */
+/** What a socket has joined: a conversation it follows, or (null) a channel topic, pushed its channel's deliveries. */
 interface Joined {
   readonly joinRef: string | null
   readonly conversationId: ConversationId | null
@@ -61,7 +62,8 @@ interface Joined {
 
 /**
  * The Phoenix-protocol binding's session, in the names of `dialect`: one per socket, its joined topics each
- * followed by a fiber of their own (activities from `ConversationHub`, signals from `ConversationSignals`).
+ * followed by a fiber of their own (activities from `ConversationHub`, signals from `ConversationSignals`,
+ * a channel's deliveries from `ChannelFeed`).
  * Every malformed or refused frame is answered; nothing a client sends ends the session.
  */
 export const makePhoenixSession = (dialect: PhoenixDialect) =>
@@ -69,6 +71,7 @@ export const makePhoenixSession = (dialect: PhoenixDialect) =>
     const conversations = yield* Conversations
     const channels = yield* Channels
     const hub = yield* ConversationHub
+    const channelFeed = yield* ChannelFeed
     const signals = yield* ConversationSignals
     const live = yield* LiveConnections
     const post = postActivity(conversations, yield* RateLimiter)
@@ -226,9 +229,28 @@ export const makePhoenixSession = (dialect: PhoenixDialect) =>
             const channel = yield* Effect.either(channels.get(principal.tenantId, principal.channelId))
             if (Either.isLeft(channel)) return reply(message, refusedBy(channel.left))
             if (channel.right.type !== "websocket") return reply(message, refused("unsupported_channel_type"))
-            yield* take(message, { joinRef: message.joinRef, conversationId: null })
-            reply(message, ok())
+            const at: Joined = { joinRef: message.joinRef, conversationId: null }
+            yield* take(message, at)
+            yield* FiberMap.run(followers, message.topic, followChannel(message, at, channel.right.id))
           })
+
+        /**
+         * Pushes the channel's deliveries as they are handed over, in sets of at most `REPLAY_LIMIT`. The join
+         * is answered once the node follows the channel's feed, so a delivery sent after the answer arrives.
+         */
+        const followChannel = (message: PhoenixMessage, at: Joined, channelId: string) =>
+          Effect.scoped(Effect.gen(function*() {
+            const delivered = yield* channelFeed.listen(channelId)
+            reply(message, ok())
+            yield* Stream.runForEach(Stream.chunks(delivered), (chunk) =>
+              Effect.sync(() => {
+                const activities = Chunk.toReadonlyArray(chunk)
+                for (let i = 0; i < activities.length; i += REPLAY_LIMIT) {
+                  // No watermark: a channel's deliveries span conversations and are not replayed.
+                  sendActivities(message.topic, at, activities.slice(i, i + REPLAY_LIMIT), null, false)
+                }
+              }))
+          }))
 
         const join = (message: PhoenixMessage) => {
           if (!joined.has(message.topic) && joined.size >= SOCKET_LIMITS.maxJoins) {
