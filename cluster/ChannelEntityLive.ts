@@ -1,5 +1,5 @@
 import { Entity } from "@effect/cluster"
-import { Duration, Effect, Layer } from "effect"
+import { Deferred, Duration, Effect, Layer } from "effect"
 import { makeDeliveryLoop } from "../src/delivery/DeliveryLoop.js"
 import { deliverySettings } from "../src/delivery/DeliverySettings.js"
 import { ChannelEntity } from "./ChannelEntity.js"
@@ -20,8 +20,9 @@ const MAX_IDLE = Duration.minutes(5)
 /**
  * The channel entity: owns the channel's delivery loop on whichever node owns its shard. `Wake` starts
  * the loop or, while it runs, makes it take one more turn; the loop runs while it finds due work, sleeps
- * while parked with a known end (an open breaker's cool-down, the rate limit), and stops when idle or
- * parked for good (paused, inactive): a later wake or the sweep starts it again.
+ * while parked with a known end (an open breaker's cool-down, the rate limit) unless a recheck cuts the
+ * sleep short, and stops when idle or parked for good (paused, inactive): a later wake or the sweep
+ * starts it again.
  */
 export const ChannelEntityLive = Layer.unwrapEffect(Effect.map(deliverySettings, (settings) =>
   ChannelEntity.toLayer(
@@ -33,6 +34,8 @@ export const ChannelEntityLive = Layer.unwrapEffect(Effect.map(deliverySettings,
       let nudged = false
       // Which loop is the current one: an old loop's exit must not mark a newer one stopped.
       let generation = 0
+      // Set while the loop waits for a known time: a recheck (a resume) ends the wait early.
+      let parkedWait: Deferred.Deferred<void> | undefined
 
       const turns = (mine: number) =>
         Effect.gen(function*() {
@@ -52,7 +55,10 @@ export const ChannelEntityLive = Layer.unwrapEffect(Effect.map(deliverySettings,
             )
             if (result._tag === "worked") continue
             if (result._tag === "parked" && result.until !== null) {
-              yield* Effect.sleep(Duration.millis(Math.max(0, result.until - Date.now())))
+              const cut = yield* Deferred.make<void>()
+              parkedWait = cut
+              yield* Effect.race(Effect.sleep(Duration.millis(Math.max(0, result.until - Date.now()))), Deferred.await(cut))
+              parkedWait = undefined
               continue
             }
             // Checked and cleared in one step: a wake that came during the turn gets another turn.
@@ -69,11 +75,14 @@ export const ChannelEntityLive = Layer.unwrapEffect(Effect.map(deliverySettings,
         )
 
       return ChannelEntity.of({
-        Wake: () =>
+        Wake: ({ payload }) =>
           Effect.suspend(() => {
             if (running) {
               nudged = true
-              return Effect.void
+              // Only a recheck: the appends' wakes must not turn a cool-down into a read per wake.
+              return payload.recheck === true && parkedWait !== undefined
+                ? Effect.asVoid(Deferred.succeed(parkedWait, undefined))
+                : Effect.void
             }
             running = true
             return Effect.asVoid(Effect.forkIn(turns(++generation), scope))
