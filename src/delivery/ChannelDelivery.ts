@@ -36,14 +36,14 @@ export class ChannelDelivery extends Effect.Service<ChannelDelivery>()("parley/C
 
     /**
      * Sets the breaker by hand: `paused` parks the channel's deliveries, `closed` (resume) also
-     * closes an open or half-open breaker. Audited as `channel.paused` / `channel.resumed`. After a
-     * resume's commit the channel's loop looks at once.
+     * closes an open or half-open breaker; both forget the count of consecutive failures. Audited as
+     * `channel.paused` / `channel.resumed`. After a resume's commit the channel's loop looks at once.
      */
     const setManually = (credential: TenantCredential, id: ChannelId, state: "paused" | "closed") =>
       Effect.gen(function*() {
         yield* lookupDeliveryChannel(sql, credential, id)
         const rows = yield* sql<{ id: string; previous: CircuitState }>`
-          UPDATE channels c SET circuit_state = ${state}, updated_at = now()
+          UPDATE channels c SET circuit_state = ${state}, circuit_failures = 0, updated_at = now()
           FROM (SELECT id, circuit_state FROM channels WHERE id = ${id} AND tenant_id = ${credential.tenantId} FOR UPDATE) old
           WHERE c.id = old.id
           RETURNING c.id, old.circuit_state AS previous`
