@@ -14,6 +14,7 @@ import { ConversationCores } from "./conversations/ConversationCores.js"
 import { ConversationPurge, ConversationPurgeLive } from "./conversations/ConversationPurge.js"
 import { ConversationStateRepo } from "./conversations/ConversationState.js"
 import { Conversations } from "./conversations/Conversations.js"
+import { DeliveryCountsLive } from "./delivery/DeliveryCounts.js"
 import { DeliveryMetrics } from "./delivery/DeliveryMetrics.js"
 import { DeliverySendersLive } from "./delivery/DeliverySenders.js"
 import { DeliverySweepLive } from "./delivery/DeliverySweep.js"
@@ -46,11 +47,15 @@ export const LoggingLive = Layer.unwrapEffect(
 
 const NodeServices = Layer.mergeAll(Metrics.Default, Lifecycle.Default, JobRunner.Default)
 
-/** Each channel's delivery loop (its entity, with the senders by channel type) and the sweep that wakes lost ones. */
-const DeliveryLive = Layer.merge(
-  ChannelEntityLive.pipe(Layer.provide(DeliverySendersLive), Layer.provide(Conversations.Default), Layer.provide(DeliveryMetrics.Default)),
-  DeliverySweepLive
-)
+/**
+ * Each channel's delivery loop (its entity, with the senders by channel type), the sweep that wakes lost
+ * ones, and the count of stored deliveries for `/metrics`.
+ */
+const DeliveryLive = Layer.mergeAll(
+  ChannelEntityLive.pipe(Layer.provide(DeliverySendersLive), Layer.provide(Conversations.Default)),
+  DeliverySweepLive,
+  DeliveryCountsLive
+).pipe(Layer.provide(DeliveryMetrics.Default))
 
 /**
  * A whole node. Each `provide` builds its layer first and releases it last, which is the drain order:

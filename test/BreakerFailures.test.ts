@@ -15,6 +15,7 @@ const SETTINGS: DeliverySettings = {
   batchSize: 1,
   concurrency: 1,
   sweepMs: 3_600_000,
+  countMs: 3_600_000,
   breaker: { failureThreshold: 3, coolDownMs: 3_600_000 }
 }
 
