@@ -34,7 +34,9 @@ export const ChannelEntityLive = Layer.unwrapEffect(Effect.map(deliverySettings,
       let nudged = false
       // Which loop is the current one: an old loop's exit must not mark a newer one stopped.
       let generation = 0
-      // Set while the loop waits for a known time: a recheck (a resume) ends the wait early.
+      // A recheck (a resume) came since the turn started: the park that turn chose may predate it.
+      let rechecked = false
+      // Set while the loop waits for a known time: a recheck ends the wait early.
       let parkedWait: Deferred.Deferred<void> | undefined
 
       const turns = (mine: number) =>
@@ -42,6 +44,7 @@ export const ChannelEntityLive = Layer.unwrapEffect(Effect.map(deliverySettings,
           let failures = 0
           while (true) {
             nudged = false
+            rechecked = false
             const result = yield* loop.turn.pipe(
               Effect.tap(() => Effect.sync(() => (failures = 0))),
               Effect.catchAllCause((cause) =>
@@ -57,7 +60,9 @@ export const ChannelEntityLive = Layer.unwrapEffect(Effect.map(deliverySettings,
             if (result._tag === "parked" && result.until !== null) {
               const cut = yield* Deferred.make<void>()
               parkedWait = cut
-              yield* Effect.race(Effect.sleep(Duration.millis(Math.max(0, result.until - Date.now()))), Deferred.await(cut))
+              if (!rechecked) {
+                yield* Effect.race(Effect.sleep(Duration.millis(Math.max(0, result.until - Date.now()))), Deferred.await(cut))
+              }
               parkedWait = undefined
               continue
             }
@@ -79,10 +84,10 @@ export const ChannelEntityLive = Layer.unwrapEffect(Effect.map(deliverySettings,
           Effect.suspend(() => {
             if (running) {
               nudged = true
-              // Only a recheck: the appends' wakes must not turn a cool-down into a read per wake.
-              return payload.recheck === true && parkedWait !== undefined
-                ? Effect.asVoid(Deferred.succeed(parkedWait, undefined))
-                : Effect.void
+              // Only a recheck ends a park: the appends' wakes must not turn a cool-down into a read per wake.
+              if (payload.recheck !== true) return Effect.void
+              rechecked = true
+              return parkedWait === undefined ? Effect.void : Effect.asVoid(Deferred.succeed(parkedWait, undefined))
             }
             running = true
             return Effect.asVoid(Effect.forkIn(turns(++generation), scope))
