@@ -16,8 +16,8 @@ export const ChannelDeliveriesLive = Layer.scoped(
     // Channels woken within the current window; `true` once another wake came in it.
     const windows = new Map<string, boolean>()
 
-    const send = (channelId: string) =>
-      entity(channelId).Wake().pipe(
+    const send = (channelId: string, recheck = false) =>
+      entity(channelId).Wake({ recheck }).pipe(
         Effect.timeout(WAKE_TIMEOUT),
         Effect.catchAllCause((cause) => Effect.logDebug("channel wake lost; the sweep makes up for it", cause))
       )
@@ -42,7 +42,8 @@ export const ChannelDeliveriesLive = Layer.scoped(
           }
           windows.set(channelId, false)
           run(window(channelId))
-        })
+        }),
+      recheck: (channelId) => Effect.sync(() => run(send(channelId, true)))
     })
   })
 )

@@ -3,8 +3,11 @@ import { Rpc } from "@effect/rpc"
 import { Schema } from "effect"
 import { Activity } from "../src/domain/Activity.js"
 
-/** Starts the channel's delivery loop, or nudges the running one to look again; idempotent. */
-const Wake = Rpc.make("Wake", {})
+/**
+ * Starts the channel's delivery loop, or nudges the running one to look again; idempotent. With
+ * `recheck` (the channel was changed by hand), a loop waiting for a known time looks at once instead.
+ */
+const Wake = Rpc.make("Wake", { payload: { recheck: Schema.optional(Schema.Boolean) } })
 
 /** What the channel's feed stream carries: `Following` once subscribed, then each activity handed over. */
 export const ChannelFeedItem = Schema.Union(

@@ -1,6 +1,6 @@
 import { Entity } from "@effect/cluster"
 import { Rpc } from "@effect/rpc"
-import { Duration, Effect, Layer, PubSub, Stream } from "effect"
+import { Deferred, Duration, Effect, Layer, PubSub, Stream } from "effect"
 import { AppConfig } from "../src/config/AppConfig.js"
 import { makeDeliveryLoop } from "../src/delivery/DeliveryLoop.js"
 import { deliverySettings } from "../src/delivery/DeliverySettings.js"
@@ -24,9 +24,10 @@ const MAX_IDLE = Duration.minutes(5)
 /**
  * The channel entity: owns the channel's delivery loop on whichever node owns its shard. `Wake` starts
  * the loop or, while it runs, makes it take one more turn; the loop runs while it finds due work, sleeps
- * while parked with a known end (an open breaker's cool-down, the rate limit), and stops when idle or
- * parked for good (paused, inactive): a later wake or the sweep starts it again. Its live feed (what the
- * loop's `websocket` sender hands over) lives as long as the entity: `Follow` streams read it.
+ * while parked with a known end (an open breaker's cool-down, the rate limit) unless a recheck cuts the
+ * sleep short, and stops when idle or parked for good (paused, inactive): a later wake or the sweep
+ * starts it again. Its live feed (what the loop's `websocket` sender hands over) lives as long as the
+ * entity: `Follow` streams read it.
  */
 export const ChannelEntityLive = Layer.unwrapEffect(Effect.map(deliverySettings, (settings) =>
   ChannelEntity.toLayer(
@@ -40,12 +41,17 @@ export const ChannelEntityLive = Layer.unwrapEffect(Effect.map(deliverySettings,
       let nudged = false
       // Which loop is the current one: an old loop's exit must not mark a newer one stopped.
       let generation = 0
+      // A recheck (a resume) came since the turn started: the park that turn chose may predate it.
+      let rechecked = false
+      // Set while the loop waits for a known time: a recheck ends the wait early.
+      let parkedWait: Deferred.Deferred<void> | undefined
 
       const turns = (mine: number) =>
         Effect.gen(function*() {
           let failures = 0
           while (true) {
             nudged = false
+            rechecked = false
             const result = yield* loop.turn.pipe(
               Effect.tap(() => Effect.sync(() => (failures = 0))),
               Effect.catchAllCause((cause) =>
@@ -59,7 +65,12 @@ export const ChannelEntityLive = Layer.unwrapEffect(Effect.map(deliverySettings,
             )
             if (result._tag === "worked") continue
             if (result._tag === "parked" && result.until !== null) {
-              yield* Effect.sleep(Duration.millis(Math.max(0, result.until - Date.now())))
+              const cut = yield* Deferred.make<void>()
+              parkedWait = cut
+              if (!rechecked) {
+                yield* Effect.race(Effect.sleep(Duration.millis(Math.max(0, result.until - Date.now()))), Deferred.await(cut))
+              }
+              parkedWait = undefined
               continue
             }
             // Checked and cleared in one step: a wake that came during the turn gets another turn.
@@ -76,11 +87,14 @@ export const ChannelEntityLive = Layer.unwrapEffect(Effect.map(deliverySettings,
         )
 
       return ChannelEntity.of({
-        Wake: () =>
+        Wake: ({ payload }) =>
           Effect.suspend(() => {
             if (running) {
               nudged = true
-              return Effect.void
+              // Only a recheck ends a park: the appends' wakes must not turn a cool-down into a read per wake.
+              if (payload.recheck !== true) return Effect.void
+              rechecked = true
+              return parkedWait === undefined ? Effect.void : Effect.asVoid(Deferred.succeed(parkedWait, undefined))
             }
             running = true
             return Effect.asVoid(Effect.forkIn(turns(++generation), scope))

@@ -15,6 +15,7 @@ import { ConversationCores } from "./conversations/ConversationCores.js"
 import { ConversationPurge, ConversationPurgeLive } from "./conversations/ConversationPurge.js"
 import { ConversationStateRepo } from "./conversations/ConversationState.js"
 import { Conversations } from "./conversations/Conversations.js"
+import { DeliveryCountsLive } from "./delivery/DeliveryCounts.js"
 import { DeliveryMetrics } from "./delivery/DeliveryMetrics.js"
 import { DeliverySendersLive } from "./delivery/DeliverySenders.js"
 import { DeliverySweepLive } from "./delivery/DeliverySweep.js"
@@ -50,18 +51,20 @@ export const LoggingLive = Layer.unwrapEffect(
 const NodeServices = Layer.mergeAll(Metrics.Default, Lifecycle.Default, JobRunner.Default)
 
 /**
- * Each channel's delivery loop (its entity, with the senders by channel type) and the sweep that wakes lost
- * ones. The entities and their `websocket` sender share one set of local feeds.
+/**
+ * Each channel's delivery loop (its entity, with the senders by channel type), the sweep that wakes lost
+ * ones, and the count of stored deliveries for `/metrics`. The entities and their `websocket` sender
+ * share one set of local feeds.
  */
-const DeliveryLive = Layer.merge(
+const DeliveryLive = Layer.mergeAll(
   ChannelEntityLive.pipe(
     Layer.provide(DeliverySendersLive),
     Layer.provide(Conversations.Default),
-    Layer.provide(DeliveryMetrics.Default),
     Layer.provide(LocalChannelFeeds.Default)
   ),
-  DeliverySweepLive
-)
+  DeliverySweepLive,
+  DeliveryCountsLive
+).pipe(Layer.provide(DeliveryMetrics.Default))
 
 /**
  * A whole node. Each `provide` builds its layer first and releases it last, which is the drain order:

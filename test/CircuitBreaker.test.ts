@@ -77,11 +77,22 @@ describe("CircuitBreaker", () => {
 
   it("takes in the stored state: the tenant's pause and resume, and an open state a new owner reads", () => {
     const open = failTimes(closedBreaker, 3, T0)
-    expect(reconcile(open, "open", T0 + 5)).toBe(open)
-    expect(reconcile(open, "paused", T0).state).toBe("paused")
-    expect(reconcile(open, "closed", T0)).toEqual(closedBreaker)
-    expect(reconcile(closedBreaker, "open", T0 + 7)).toEqual({ state: "open", failures: 0, openedAt: T0 + 7 })
-    expect(reconcile(closedBreaker, "half_open", T0 + 7).state).toBe("open")
+    expect(reconcile(open, "open", 0, T0 + 5)).toBe(open)
+    expect(reconcile(open, "paused", 0, T0).state).toBe("paused")
+    expect(reconcile(open, "closed", 0, T0)).toEqual(closedBreaker)
+    expect(reconcile(closedBreaker, "open", 0, T0 + 7)).toEqual({ state: "open", failures: 0, openedAt: T0 + 7 })
+    expect(reconcile(closedBreaker, "half_open", 0, T0 + 7).state).toBe("open")
+  })
+
+  it("takes in a closed breaker's stored count: a new owner goes on from the old one's failures", () => {
+    const moved = reconcile(closedBreaker, "closed", 2, T0)
+    expect(moved).toEqual({ state: "closed", failures: 2, openedAt: null })
+    // The threshold (3) counts the failures before the move.
+    expect(onFailure(moved, SETTINGS, T0).state).toBe("open")
+    // A resume stores no failures: the owner's count goes too.
+    expect(reconcile(failTimes(closedBreaker, 2, T0), "closed", 0, T0)).toEqual(closedBreaker)
+    const same = failTimes(closedBreaker, 2, T0)
+    expect(reconcile(same, "closed", 2, T0)).toBe(same)
   })
 })
 

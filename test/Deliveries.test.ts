@@ -16,6 +16,12 @@ const setup = Effect.gen(function*() {
   return { tenant, key: tenant.api_key, ids: { tenantId: tenant.id, channelId: channel.id, conversationId } }
 })
 
+/**
+ * Pauses the channel where a test reads the rows a replay wrote: the replay wakes the channel's loop,
+ * which would attempt them at once (test/DeliveryWakes.test.ts has the sending).
+ */
+const parkLoop = (channelId: string) => query(`UPDATE channels SET circuit_state = 'paused' WHERE id = $1`, [channelId])
+
 /** An instant `second` seconds into 2026, for rows of a known order. */
 const at = (second: number) => new Date(Date.UTC(2026, 0, 1, 0, 0, second)).toISOString()
 
@@ -125,6 +131,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("delivery routes", (it) => 
     sqlIt("replays a dead letter: pending, due now, attempts reset, retry fields set", () =>
       Effect.gen(function*() {
         const { key, tenant, ids } = yield* setup
+        yield* parkLoop(ids.channelId)
         const id = yield* insertDelivery(ids, { status: "failed", attempts: 8, lastError: "HTTP 500" })
         const reply = yield* tenantApi(key, "POST", `/deliveries/${id}/retry`)
         expect(reply.status, JSON.stringify(reply.body)).toBe(200)
@@ -183,6 +190,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("delivery routes", (it) => 
     sqlIt("replays every dead letter of the channel and only those", () =>
       Effect.gen(function*() {
         const { key, tenant, ids } = yield* setup
+        yield* parkLoop(ids.channelId)
         const channel2 = yield* insertChannel(tenant.id)
         const conversation2 = yield* insertConversation(tenant.id, channel2.id)
         const failed: Array<string> = []

@@ -1,7 +1,5 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import { createServer } from "node:http"
-import type { AddressInfo } from "node:net"
 import { eventually } from "./support/Eventually.js"
 import { insertConversation, tenantApi } from "./support/Fixtures.js"
 import { createChannel } from "./support/ManageClient.js"
@@ -9,6 +7,7 @@ import { spawnNode } from "./support/NodeProcess.js"
 import { ownerPort } from "./support/ShardOwner.js"
 import { query, serverUrl, TestDatabase } from "./support/TestDatabase.js"
 import { createTenant, TestNodeLive } from "./support/TestNode.js"
+import { type Received, webhookReceiver } from "./support/WebhookReceiver.js"
 
 const clusterEnv = {
   CLUSTER_SHARD_LOCK_EXPIRATION_MS: "4000",
@@ -19,30 +18,14 @@ const clusterEnv = {
 /** Appends of the burst; the owner of the channel's loop is killed after the first third. */
 const BURST = 60
 
-/** A webhook receiver on 127.0.0.1 that answers 200 and records each request's delivery id and activity id. */
-const receiver = Effect.acquireRelease(
-  Effect.async<{ readonly url: string; readonly received: Array<{ delivery: string; activity: string }>; readonly close: () => void }>(
-    (resume) => {
-      const received: Array<{ delivery: string; activity: string }> = []
-      const server = createServer((request, response) => {
-        const chunks: Array<Buffer> = []
-        request.on("data", (chunk: Buffer) => chunks.push(chunk))
-        request.on("end", () => {
-          const body = JSON.parse(Buffer.concat(chunks).toString("utf8")) as { id: string }
-          received.push({ delivery: String(request.headers["x-chat-delivery-id"]), activity: body.id })
-          response.writeHead(200).end()
-        })
-      })
-      server.listen(0, "127.0.0.1", () =>
-        resume(Effect.succeed({
-          url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`,
-          received,
-          close: () => server.close()
-        })))
-    }
-  ),
-  (receiver) => Effect.sync(receiver.close)
-)
+/** A webhook receiver on 127.0.0.1 that answers 200. */
+const receiver = webhookReceiver(() => ({ status: 200 }))
+
+/** The delivery id and the activity id of a request the receiver got. */
+const idsOf = (request: Received) => ({
+  delivery: String(request.headers["x-chat-delivery-id"]),
+  activity: (JSON.parse(request.body.toString("utf8")) as { id: string }).id
+})
 
 describe.skipIf(serverUrl === undefined)("delivery across nodes", () => {
   layer(TestNodeLive(clusterEnv), { excludeTestServices: true })("this node and two node processes", (it) => {
@@ -91,12 +74,12 @@ describe.skipIf(serverUrl === undefined)("delivery across nodes", () => {
         const deliveryOf = new Map(rows.map((row) => [row.activity_id, row.id]))
         // At least once: every activity reached the receiver, however long the dead owner's leases last.
         yield* eventually(
-          Effect.sync(() => posted.filter((id) => !hook.received.some((r) => r.activity === id))),
+          Effect.sync(() => posted.filter((id) => !hook.received.some((r) => idsOf(r).activity === id))),
           (missing) => missing.length === 0,
           { within: "120 seconds" }
         )
         // Every request of an activity, first or repeated, carried that activity's one delivery id.
-        for (const request of hook.received) expect(request.delivery).toBe(deliveryOf.get(request.activity))
+        for (const { activity, delivery } of hook.received.map(idsOf)) expect(delivery).toBe(deliveryOf.get(activity))
         // One the dead owner sent but never recorded is sent again, and recorded, once its lease ends
         // (the policy's timeout per round plus 30 s after its claim): a minute and a half leaves room.
         const sent = yield* eventually(

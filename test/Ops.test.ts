@@ -181,6 +181,7 @@ layer(TestNodeLive(), { excludeTestServices: true })("readiness when a backgroun
       expect(names(loops)).toEqual([
         "check_hub_gaps",
         "close_idle_conversations",
+        "count_stored_deliveries",
         "drop_idle_cores",
         "follow_routing_rules",
         "follow_token_revocations",

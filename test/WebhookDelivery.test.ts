@@ -1,48 +1,16 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { createHmac, timingSafeEqual } from "node:crypto"
-import { createServer, type IncomingHttpHeaders } from "node:http"
-import type { AddressInfo } from "node:net"
 import { eventually } from "./support/Eventually.js"
 import { insertConversation, tenantApi } from "./support/Fixtures.js"
 import { createChannel } from "./support/ManageClient.js"
 import { query } from "./support/TestDatabase.js"
 import { createTenant, request, TestNodeLive } from "./support/TestNode.js"
+import { webhookReceiver } from "./support/WebhookReceiver.js"
 
-/** One request the receiver got. */
-interface Received {
-  readonly headers: IncomingHttpHeaders
-  readonly body: Buffer
-}
-
-/**
- * A webhook receiver on 127.0.0.1: it records every request and answers each delivery id's first
- * request 500 and later ones 200, as a receiver that fails once.
- */
-const receiver = Effect.acquireRelease(
-  Effect.async<{ readonly url: string; readonly received: Array<Received>; readonly close: () => void }>((resume) => {
-    const received: Array<Received> = []
-    const seen = new Set<string>()
-    const server = createServer((request, response) => {
-      const chunks: Array<Buffer> = []
-      request.on("data", (chunk: Buffer) => chunks.push(chunk))
-      request.on("end", () => {
-        received.push({ headers: request.headers, body: Buffer.concat(chunks) })
-        const id = String(request.headers["x-chat-delivery-id"])
-        const first = !seen.has(id)
-        seen.add(id)
-        response.writeHead(first ? 500 : 200, { "content-type": "application/json" })
-        response.end(first ? "{}" : JSON.stringify({ message_id: `receiver-${id}` }))
-      })
-    })
-    server.listen(0, "127.0.0.1", () =>
-      resume(Effect.succeed({
-        url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`,
-        received,
-        close: () => server.close()
-      })))
-  }),
-  (receiver) => Effect.sync(receiver.close)
+/** Each delivery id's first request is answered 500 and later ones 200, as a receiver that fails once. */
+const receiver = webhookReceiver((request, earlier) =>
+  earlier === 0 ? { status: 500 } : { status: 200, body: { message_id: `receiver-${String(request.headers["x-chat-delivery-id"])}` } }
 )
 
 /** server-apis.md "Outbound webhook channel deliveries": the receiver's check of `x-chat-signature`. */

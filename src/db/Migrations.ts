@@ -17,6 +17,7 @@ import blobs from "../../migrations/0012_blobs.js"
 import readPositions from "../../migrations/0013_read_positions.js"
 import deliveryOutbox from "../../migrations/0014_delivery_outbox.js"
 import channelSecretSealed from "../../migrations/0015_channel_secret_sealed.js"
+import channelCircuitFailures from "../../migrations/0016_channel_circuit_failures.js"
 
 /** Every shipped migration, by name; readiness reports any that is not applied. */
 export const migrations = {
@@ -33,7 +34,8 @@ export const migrations = {
   "0012_blobs": blobs,
   "0013_read_positions": readPositions,
   "0014_delivery_outbox": deliveryOutbox,
-  "0015_channel_secret_sealed": channelSecretSealed
+  "0015_channel_secret_sealed": channelSecretSealed,
+  "0016_channel_circuit_failures": channelCircuitFailures
 } as const
 
 /**

@@ -11,4 +11,10 @@ export class ChannelDeliveries extends Context.Tag("parley/ChannelDeliveries")<C
    * on the way is made up for by the sweep.
    */
   readonly wake: (channelId: string) => Effect.Effect<void>
+  /**
+   * A wake after the channel's breaker was changed by hand (a resume): it also cuts short a running
+   * loop's wait for a known time (an open breaker's cool-down, the rate limit), so the change is taken
+   * in at once. Fire and forget like `wake`, not coalesced: operators' changes are rare.
+   */
+  readonly recheck: (channelId: string) => Effect.Effect<void>
 }>() {}

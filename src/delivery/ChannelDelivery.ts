@@ -6,6 +6,7 @@ import { orUnavailable } from "../db/SqlFailure.js"
 import { inTransaction } from "../db/Transaction.js"
 import type { ChannelId } from "../domain/Channel.js"
 import type { ChannelDeliverySummary, CircuitState } from "../domain/Delivery.js"
+import { ChannelDeliveries } from "./ChannelDeliveries.js"
 import { channelNotFound, lookupDeliveryChannel } from "./DeliveryChannelLookup.js"
 
 /** A channel's delivery state as the tenant API shows it, and its manual pause and resume. */
@@ -13,6 +14,7 @@ export class ChannelDelivery extends Effect.Service<ChannelDelivery>()("parley/C
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const audit = yield* AuditLog
+    const loops = yield* ChannelDeliveries
 
     /** Breaker, rate limit and how many deliveries wait (`pending`) or are dead letters (`failed`). */
     const summary = (credential: TenantCredential, id: ChannelId) =>
@@ -34,13 +36,14 @@ export class ChannelDelivery extends Effect.Service<ChannelDelivery>()("parley/C
 
     /**
      * Sets the breaker by hand: `paused` parks the channel's deliveries, `closed` (resume) also
-     * closes an open or half-open breaker. Audited as `channel.paused` / `channel.resumed`.
+     * closes an open or half-open breaker; both forget the count of consecutive failures. Audited as
+     * `channel.paused` / `channel.resumed`. After a resume's commit the channel's loop looks at once.
      */
     const setManually = (credential: TenantCredential, id: ChannelId, state: "paused" | "closed") =>
       Effect.gen(function*() {
         yield* lookupDeliveryChannel(sql, credential, id)
         const rows = yield* sql<{ id: string; previous: CircuitState }>`
-          UPDATE channels c SET circuit_state = ${state}, updated_at = now()
+          UPDATE channels c SET circuit_state = ${state}, circuit_failures = 0, updated_at = now()
           FROM (SELECT id, circuit_state FROM channels WHERE id = ${id} AND tenant_id = ${credential.tenantId} FOR UPDATE) old
           WHERE c.id = old.id
           RETURNING c.id, old.circuit_state AS previous`
@@ -54,7 +57,13 @@ export class ChannelDelivery extends Effect.Service<ChannelDelivery>()("parley/C
           changes: { circuit_state: [row.previous, state] }
         })
         return { channel_id: row.id, circuit_state: state as CircuitState }
-      }).pipe(inTransaction(sql), orUnavailable)
+      }).pipe(
+        inTransaction(sql),
+        orUnavailable,
+        // A paused loop has stopped and an open one waits out its cool-down: neither would see the
+        // resume before the sweep or the cool-down's end.
+        Effect.tap(() => state === "closed" ? loops.recheck(id) : Effect.void)
+      )
 
     return {
       summary,

@@ -1,7 +1,8 @@
 /**
  * A channel's delivery circuit breaker as a pure state machine (ADR 0030): no clock, no storage. The
- * delivery loop feeds it outcomes and the time, persists `state` in `channels.circuit_state`, and asks
- * it before each batch whether to send, probe or park.
+ * delivery loop feeds it outcomes and the time, persists `state` and `failures` in `channels`
+ * (`circuit_state`, `circuit_failures`: ADR 0032), and asks it before each batch whether to send,
+ * probe or park.
  */
 
 export type CircuitState = "closed" | "open" | "half_open" | "paused"
@@ -90,17 +91,20 @@ export const pause = (_breaker: Breaker): Breaker => ({ state: "paused", failure
 export const resume = (_breaker: Breaker): Breaker => closedBreaker
 
 /**
- * Takes in the state stored in `channels.circuit_state`, which the tenant API changes (pause writes
- * `paused`, resume `closed`) and which a new owner of the channel starts from. An `open` state read
- * without its opening time (a new owner) starts its cool-down now.
+ * Takes in the breaker stored in `channels` (`circuit_state`, `circuit_failures`), which the tenant API
+ * changes (pause writes `paused`, resume `closed`, both with no failures) and which a new owner of the
+ * channel starts from. A closed breaker takes the stored count: the previous owner's after a move. An
+ * `open` state read without its opening time (a new owner) starts its cool-down now.
  */
-export const reconcile = (breaker: Breaker, stored: CircuitState, now: number): Breaker => {
-  if (stored === breaker.state) return breaker
+export const reconcile = (breaker: Breaker, stored: CircuitState, storedFailures: number, now: number): Breaker => {
+  if (stored === breaker.state) {
+    return stored === "closed" && storedFailures !== breaker.failures ? { ...closedBreaker, failures: storedFailures } : breaker
+  }
   switch (stored) {
     case "paused":
       return pause(breaker)
     case "closed":
-      return resume(breaker)
+      return { ...resume(breaker), failures: storedFailures }
     case "open":
       return opened(now)
     case "half_open":

@@ -7,6 +7,7 @@ import { NotFound } from "../domain/ApiError.js"
 import type { ChannelId } from "../domain/Channel.js"
 import { Delivery, type DeliveryId, type DeliveryStatus } from "../domain/Delivery.js"
 import { NotFailed } from "../domain/DeliveryErrors.js"
+import { ChannelDeliveries } from "./ChannelDeliveries.js"
 import { lookupDeliveryChannel } from "./DeliveryChannelLookup.js"
 
 /** Columns of the API's delivery, in `Delivery`'s order. */
@@ -35,6 +36,7 @@ export const CHANNEL_RETRY_CHUNK = 500
 export class Deliveries extends Effect.Service<Deliveries>()("parley/Deliveries", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
+    const loops = yield* ChannelDeliveries
 
     /** Newest first; one more row than `limit` is read to tell `hasMore`. */
     const list = (tenantId: string, f: DeliveryFilter) =>
@@ -55,7 +57,8 @@ export class Deliveries extends Effect.Service<Deliveries>()("parley/Deliveries"
 
     /**
      * Replays one dead letter: pending again and due now, with a fresh set of attempts under the
-     * channel's retry policy; `last_error` stays until the next attempt replaces it.
+     * channel's retry policy; `last_error` stays until the next attempt replaces it. The channel's
+     * loop is woken after the commit, so the replay does not wait for the sweep.
      */
     const retry = (credential: TenantCredential, id: DeliveryId) =>
       Effect.gen(function*() {
@@ -65,7 +68,10 @@ export class Deliveries extends Effect.Service<Deliveries>()("parley/Deliveries"
               retried_by = ${actorLabel(credential.actor)}, retried_at = now(), next_attempt_at = now(), updated_at = now()
           WHERE id = ${id} AND tenant_id = ${credential.tenantId} AND status = 'failed'
           RETURNING ${sql.literal(DELIVERY_COLUMNS)}`.pipe(Effect.flatMap(decodeDeliveries))
-        if (rows[0] !== undefined) return rows[0]
+        if (rows[0] !== undefined) {
+          yield* loops.wake(rows[0].channel_id)
+          return rows[0]
+        }
         const found = yield* sql`SELECT status FROM deliveries WHERE id = ${id} AND tenant_id = ${credential.tenantId}`
         return yield* found.length === 0
           ? Effect.fail(new NotFound({ message: `delivery ${id} not found` }))
@@ -91,7 +97,8 @@ export class Deliveries extends Effect.Service<Deliveries>()("parley/Deliveries"
 
     /**
      * Replays a channel's dead letters, oldest first, `CHANNEL_RETRY_CHUNK` per statement and at most
-     * `CHANNEL_RETRY_CAP` per call. Each chunk commits on its own: a failure midway keeps what was done.
+     * `CHANNEL_RETRY_CAP` per call. Each chunk commits on its own: a failure midway keeps what was done
+     * (and leaves it to the sweep); after the last chunk the channel's loop is woken.
      */
     const retryChannel = (credential: TenantCredential, channelId: ChannelId) =>
       Effect.gen(function*() {
@@ -104,6 +111,7 @@ export class Deliveries extends Effect.Service<Deliveries>()("parley/Deliveries"
           total += moved
           if (moved < size) break
         }
+        if (total > 0) yield* loops.wake(channelId)
         return total
       }).pipe(orUnavailable)
 

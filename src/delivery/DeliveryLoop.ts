@@ -47,8 +47,15 @@ const ChannelRow = Schema.Struct({
   config: Schema.Record({ key: Schema.String, value: Schema.Unknown }),
   retry_policy: StoredRetryPolicy,
   rate_limit: Schema.NullOr(Window),
-  circuit_state: Schema.Literal("closed", "open", "half_open", "paused")
+  circuit_state: Schema.Literal("closed", "open", "half_open", "paused"),
+  circuit_failures: Schema.Int
 })
+
+/** A breaker as `channels` stores it: what a conditional write of the next one expects to find. */
+interface StoredBreaker {
+  readonly state: CircuitState
+  readonly failures: number
+}
 
 interface ClaimedRow {
   readonly id: string
@@ -66,9 +73,9 @@ const tenantIdOf = uuidBrander<TenantId>()
 
 /**
  * One channel's delivery loop, a turn at a time (the channel's entity runs the turns). Each turn reads
- * the channel again (the tenant API pauses and resumes it by writing `circuit_state`), asks the breaker,
- * claims the oldest due deliveries within the channel's rate limit, sends them with bounded
- * concurrency and records each outcome.
+ * the channel again (the tenant API pauses and resumes it by writing `circuit_state`; a new owner goes
+ * on from the stored `circuit_failures`), asks the breaker, claims the oldest due deliveries within the
+ * channel's rate limit, sends them with bounded concurrency and records each outcome.
  */
 export const makeDeliveryLoop = (channelId: string, settings: DeliverySettings) =>
   Effect.gen(function*() {
@@ -82,14 +89,19 @@ export const makeDeliveryLoop = (channelId: string, settings: DeliverySettings) 
     // Start times of this owner's sends within the rate limit's window, oldest first.
     let recentSends: Array<number> = []
 
-    /** Writes a breaker change unless the state moved meanwhile (a pause): the next turn reads that. */
-    const persist = (before: CircuitState, after: Breaker) => {
+    /**
+     * Writes a change of the breaker's state or count (only then: a steady channel writes nothing),
+     * unless the stored one moved meanwhile (a pause or resume): the next turn reads that.
+     */
+    const persist = (before: StoredBreaker, after: Breaker) => {
       metrics.breaker(channelId, after.state)
-      return before === after.state ? Effect.void : sql`
-        UPDATE channels SET circuit_state = ${after.state}
-        WHERE id = ${channelId} AND circuit_state = ${before}`.pipe(
+      if (before.state === after.state && before.failures === after.failures) return Effect.void
+      const write = sql`
+        UPDATE channels SET circuit_state = ${after.state}, circuit_failures = ${after.failures}
+        WHERE id = ${channelId} AND circuit_state = ${before.state} AND circuit_failures = ${before.failures}`
+      return before.state === after.state ? write : write.pipe(
         Effect.zipRight(Effect.logInfo("delivery circuit breaker changed").pipe(
-          Effect.annotateLogs({ channel_id: channelId, from: before, to: after.state })
+          Effect.annotateLogs({ channel_id: channelId, from: before.state, to: after.state })
         ))
       )
     }
@@ -217,13 +229,14 @@ export const makeDeliveryLoop = (channelId: string, settings: DeliverySettings) 
 
     const turn = Effect.gen(function*() {
       const rows = yield* sql`
-        SELECT id, tenant_id, type, mode, status, config, retry_policy, rate_limit, circuit_state
+        SELECT id, tenant_id, type, mode, status, config, retry_policy, rate_limit, circuit_state, circuit_failures
         FROM channels WHERE id = ${channelId}`
       // A deleted channel took its deliveries with it.
       if (rows.length === 0) return IDLE
       const row = yield* decodeChannel(rows[0])
       const now = Date.now()
-      breaker = reconcile(breaker, row.circuit_state, now)
+      const stored: StoredBreaker = { state: row.circuit_state, failures: row.circuit_failures }
+      breaker = reconcile(breaker, stored.state, stored.failures, now)
       // An inactive or inbound-only channel receives nothing: its deliveries wait for a change.
       if (row.status !== "active" || row.mode === "inbound") return parked(null)
       const asked = permit(breaker, settings.breaker, now)
@@ -236,8 +249,8 @@ export const makeDeliveryLoop = (channelId: string, settings: DeliverySettings) 
       // Nothing due: an open breaker stays open, its probe waits for a delivery to probe with.
       if (claimed.length === 0) return IDLE
       breaker = asked.breaker
-      // Conditional on the state read at the start of the turn: a pause written since wins.
-      yield* persist(row.circuit_state, breaker)
+      // Conditional on the breaker read at the start of the turn: a pause written since wins.
+      yield* persist(stored, breaker)
       const channel: DeliveryChannel = {
         id: channelIdOf(row.id),
         tenantId: tenantIdOf(row.tenant_id),
@@ -245,9 +258,9 @@ export const makeDeliveryLoop = (channelId: string, settings: DeliverySettings) 
         config: row.config,
         retryPolicy: row.retry_policy
       }
-      const stateBeforeSends = breaker.state
+      const beforeSends: StoredBreaker = { state: breaker.state, failures: breaker.failures }
       yield* Effect.forEach(claimed, (r) => sendOne(r, channel), { concurrency: settings.concurrency, discard: true })
-      yield* persist(stateBeforeSends, breaker)
+      yield* persist(beforeSends, breaker)
       return WORKED
     })
 

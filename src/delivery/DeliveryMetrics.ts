@@ -1,15 +1,28 @@
 import { Effect } from "effect"
 import { Counter, Gauge, Histogram } from "prom-client"
+import { ChannelType } from "../domain/Channel.js"
 import { Metrics } from "../ops/Metrics.js"
 import type { CircuitState } from "./CircuitBreaker.js"
 
 /** A breaker state as a gauge value. */
 const BREAKER_VALUE: Readonly<Record<CircuitState, number>> = { closed: 0, half_open: 1, open: 2, paused: 3 }
 
+/** The statuses of stored deliveries that are counted: those with a partial index (docs/delivery/metrics.md). */
+export const COUNTED_STATUSES = ["pending", "failed"] as const
+export type CountedStatus = typeof COUNTED_STATUSES[number]
+
+/** One figure of a count of stored deliveries. */
+export interface StoredCount {
+  readonly status: CountedStatus
+  readonly channelType: string
+  readonly count: number
+}
+
 /**
  * The delivery series of CONTRACT.md §9 and issue 29: attempts by outcome and channel type (`sent`,
  * `retry` — a retried failure —, `failed` — a dead letter), the latency from the append to the first
- * success, and each channel's breaker state as last seen by the node running its loop.
+ * success, each channel's breaker state as last seen by the node running its loop, and the last count
+ * of stored deliveries by status and channel type.
  */
 export class DeliveryMetrics extends Effect.Service<DeliveryMetrics>()("parley/DeliveryMetrics", {
   effect: Effect.map(Metrics, ({ registry }) => {
@@ -32,12 +45,29 @@ export class DeliveryMetrics extends Effect.Service<DeliveryMetrics>()("parley/D
       labelNames: ["channel_id"] as const,
       registers: [registry]
     })
+    const stored = new Gauge({
+      name: "parley_deliveries_stored",
+      help: "Deliveries stored pending (waiting to be sent) and failed (dead letters), by channel type, as last counted; " +
+        "reported by one node of the cluster",
+      labelNames: ["status", "channel_type"] as const,
+      registers: [registry]
+    })
     return {
       attempted: (channelType: string, outcome: "sent" | "retry" | "failed") => attempts.inc({ channel_type: channelType, outcome }),
       firstSuccess: (channelType: string, seconds: number) => latency.observe({ channel_type: channelType }, Math.max(0, seconds)),
       breaker: (channelId: string, state: CircuitState) => breakers.set({ channel_id: channelId }, BREAKER_VALUE[state]),
       /** The loop left this node (its entity stopped): its channel's state is reported by the next owner. */
-      forgetBreaker: (channelId: string) => breakers.remove({ channel_id: channelId })
+      forgetBreaker: (channelId: string) => breakers.remove({ channel_id: channelId }),
+      /** A new count: every channel type and counted status is shown, 0 where none is stored. */
+      storedCounted: (counts: ReadonlyArray<StoredCount>) => {
+        stored.reset()
+        for (const channelType of ChannelType.literals) {
+          for (const status of COUNTED_STATUSES) stored.set({ status, channel_type: channelType }, 0)
+        }
+        for (const { channelType, count, status } of counts) stored.set({ status, channel_type: channelType }, count)
+      },
+      /** Another node reports the count now (it owns the counting shard): this one shows none. */
+      forgetStored: () => stored.reset()
     } as const
   })
 }) {}
