@@ -3,7 +3,7 @@ import { Effect } from "effect"
 import { generateToken } from "./support/ClientApi.js"
 import { eventually } from "./support/Eventually.js"
 import { insertChannel, insertConversation, tenantApi } from "./support/Fixtures.js"
-import { eventsOf, join, phoenixSocketAt, type Recorded, until } from "./support/PhoenixClients.js"
+import { eventsOf, join, phoenixSocketAt, push, type Recorded, until } from "./support/PhoenixClients.js"
 import { ownerPort } from "./support/ShardOwner.js"
 import { spawnNode } from "./support/NodeProcess.js"
 import { query, serverUrl, TestDatabase } from "./support/TestDatabase.js"
@@ -101,6 +101,43 @@ layer(TestNodeLive(ENV), { excludeTestServices: true })("websocket channel deliv
       // Counted with the other senders' attempts, by channel type.
       const metrics = String((yield* request("GET", "/metrics")).body)
       expect(metrics).toMatch(/parley_delivery_attempts_total\{channel_type="websocket",outcome="sent"\} [1-9]/)
+    }), { timeout: 60_000 })
+
+  it.scoped("an agent's channel-scoped token joins a conversation routed to its channel; its answer goes back to the origin alone", () =>
+    Effect.gen(function*() {
+      const tenant = yield* createTenant()
+      const origin = yield* insertChannel(tenant.id, { type: "http_pull" })
+      const agents = yield* insertChannel(tenant.id, { type: "websocket", mode: "outbound" })
+      const rule = yield* tenantApi(tenant.api_key, "POST", "/routing_rules", {
+        routing_rule: { name: "to the agents", source_channel_id: origin.id, target_channel_ids: [agents.id] }
+      })
+      expect(rule.status).toBe(201)
+      const conversationId = yield* insertConversation(tenant.id, origin.id)
+      const agent = yield* joined(agents)
+      const conversationTopic = `chat:conversation:${conversationId}`
+      // Not routed to the agents' channel yet: as unknown.
+      expect(yield* join(agent.socket.channel(conversationTopic, {}))).toEqual({ status: "error", response: { reason: "not_found" } })
+
+      const question = yield* post(tenant.api_key, conversationId, "can someone help?")
+      yield* until(() => pushed(agent, agents.id).length === 1, "the routed push")
+      const conversation = agent.socket.channel(conversationTopic, {})
+      expect(yield* join(conversation)).toMatchObject({ status: "ok" })
+      yield* until(() => eventsOf(agent, conversationTopic, "activitySet").length > 0, "the replay")
+      expect(eventsOf(agent, conversationTopic, "activitySet")[0]!.activities.map((a: { id: string }) => a.id)).toEqual([question.id])
+
+      const answer = yield* push(conversation, "postActivity", { text: "on it", clientId: "agent-1" })
+      expect(answer).toMatchObject({ status: "ok", response: { seq: 2 } })
+      const stored = yield* query<{ source_channel_id: string | null }>(
+        `SELECT source_channel_id::text FROM activities WHERE conversation_id = $1 AND seq = 2`,
+        [conversationId]
+      )
+      expect(stored).toEqual([{ source_channel_id: agents.id }])
+      const planned = yield* query<{ channel_id: string }>(
+        `SELECT d.channel_id::text FROM deliveries d JOIN activities a ON a.id = d.activity_id
+         WHERE a.conversation_id = $1 AND a.seq = 2`,
+        [conversationId]
+      )
+      expect(planned).toEqual([{ channel_id: origin.id }])
     }), { timeout: 60_000 })
 
   describe.skipIf(serverUrl === undefined)("with a second node on the same database", () => {

@@ -4,6 +4,7 @@ import type { ChannelId } from "../domain/Channel.js"
 import { allPermissions, type ClientTokenClaims, type Permission } from "../domain/ClientToken.js"
 import type { ConversationId } from "../domain/Conversation.js"
 import type { TenantId } from "../domain/Tenant.js"
+import type { ConversationScope } from "../conversations/Conversations.js"
 
 /** The three kinds of client-api.md "Token kinds". */
 export type ClientTokenKind = "unscoped" | "channel" | "conversation"
@@ -63,6 +64,16 @@ export const requireOwnChannel = (conversation: { readonly id: string; readonly 
     conversation.tenant_id === client.tenantId && conversation.channel_id === client.channelId
       ? Effect.succeed(client)
       : Effect.fail(new NotFound({ message: `conversation ${conversation.id} not found` })))
+
+/**
+ * What a client reaches on a socket: its channel's conversations, and for a channel-scoped token (an
+ * agent) also those routed to its channel (client-api.md "Token kinds").
+ */
+export const socketScopeOf = (client: ClientPrincipal): ConversationScope => ({
+  tenantId: client.tenantId,
+  channelId: client.channelId,
+  routedToo: client.kind === "channel"
+})
 
 /** Listing the channel's conversations: a channel-scoped token only (403 `forbidden` for the others). */
 export const requireChannelScope = Effect.flatMap(CurrentClient, (client) =>

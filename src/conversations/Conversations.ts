@@ -12,7 +12,7 @@ import {
   Unavailable
 } from "../domain/ApiError.js"
 import type { ChannelId } from "../domain/Channel.js"
-import type { ConversationId } from "../domain/Conversation.js"
+import type { Conversation, ConversationId } from "../domain/Conversation.js"
 import type { TenantId } from "../domain/Tenant.js"
 import { decodeWatermark } from "../domain/Watermark.js"
 import {
@@ -98,11 +98,22 @@ export interface KeyCheck {
   readonly draftId: string
 }
 
-/** What a caller may reach: a tenant's conversations, or only one channel's (a channel token). */
+/**
+ * What a caller may reach: a tenant's conversations, or only one channel's (a channel token). With
+ * `routedToo`, also the conversations routed to that channel (role `target`): a channel-scoped token
+ * on a socket (client-api.md "Token kinds").
+ */
 export interface ConversationScope {
   readonly tenantId: TenantId
   readonly channelId: ChannelId | null
+  readonly routedToo?: boolean
 }
+
+/** Whether a found conversation is within the scope's reach (its channels were read when `routedToo`). */
+const inReach = (scope: ConversationScope, conversation: Conversation) =>
+  scope.channelId === null || conversation.channel_id === scope.channelId ||
+  (scope.routedToo === true &&
+    conversation.channels?.some((link) => link.channel_id === scope.channelId && link.role === "target") === true)
 
 /** A page of activities and the watermark to continue from. */
 export type ActivityPage = { readonly items: ReadonlyArray<Activity>; readonly watermark: number | null; readonly hasMore: boolean }
@@ -223,14 +234,11 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
 
     /** The conversation if it is within the caller's reach; 404 otherwise, as for a missing one. */
     const get = (scope: ConversationScope, id: ConversationId, options: { readonly channels: boolean }) =>
-      repo.find(scope.tenantId, id, { participant: true, channels: options.channels }).pipe(
+      repo.find(scope.tenantId, id, { participant: true, channels: options.channels || scope.routedToo === true }).pipe(
         orUnavailable,
         Effect.flatMap(Option.match({
           onNone: () => Effect.fail(notFound(id)),
-          onSome: (conversation) =>
-            scope.channelId !== null && conversation.channel_id !== scope.channelId
-              ? Effect.fail(notFound(id))
-              : Effect.succeed(conversation)
+          onSome: (conversation) => (inReach(scope, conversation) ? Effect.succeed(conversation) : Effect.fail(notFound(id)))
         }))
       )
 
@@ -289,7 +297,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
     ) => {
       // On every append: combinators, not a generator (ADR 0006).
       const key = options.idempotencyKey
-      const checkedAndWritten = Effect.suspend(() => {
+      const checkedAndWritten = (sourceChannelId: ChannelId | null) => Effect.suspend(() => {
         const checking = checkActivity(input)
         if (Either.isLeft(checking)) return Effect.fail(checking.left)
         const checked = checking.right
@@ -309,7 +317,7 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
           reply_to_id: checked.reply_to_id,
           message_type: checked.message_type,
           payload: checked.payload,
-          source_channel_id: options.sourceChannelId
+          source_channel_id: sourceChannelId
         }
         const request = { tenantId: scope.tenantId, draft, deadline: options.arrivedAt + WRITE_DEADLINE_MS, keyCheck: check?.keyId ?? null }
         const write = appendTo(conversationId, request, options.arrivedAt)
@@ -319,8 +327,11 @@ export class Conversations extends Effect.Service<Conversations>()("parley/Conve
       })
       // The entity checks the tenant itself; only a channel-bound caller needs a look first.
       return scope.channelId === null
-        ? checkedAndWritten
-        : Effect.zipRight(get(scope, conversationId, { channels: false }), checkedAndWritten)
+        ? checkedAndWritten(options.sourceChannelId)
+        : Effect.flatMap(get(scope, conversationId, { channels: false }), (conversation) =>
+          // A channel answering a conversation routed to it speaks from that channel: routing sends the
+          // answer back to the origin, never to the channel again.
+          checkedAndWritten(conversation.channel_id === scope.channelId ? options.sourceChannelId : scope.channelId))
     }
 
     /**

@@ -1,5 +1,5 @@
 import { Duration, Effect, Either, Queue, type Scope, Stream } from "effect"
-import type { ClientPrincipal } from "../../auth/ClientAccess.js"
+import { type ClientPrincipal, socketScopeOf } from "../../auth/ClientAccess.js"
 import { AppConfig } from "../../config/AppConfig.js"
 import { ActivityRepo } from "../../conversations/ActivityRepo.js"
 import { Conversations, type ConversationScope } from "../../conversations/Conversations.js"
@@ -69,7 +69,7 @@ const frameOfRefusal = (refusal: FrameRefusal) =>
 
 /** Where a client appends: as the REST route does (a bound token's own conversation needs no channel look-up). */
 const appendScopeOf = (client: ClientPrincipal, id: ConversationId): ConversationScope =>
-  client.conversationId === id ? { tenantId: client.tenantId, channelId: null } : { tenantId: client.tenantId, channelId: client.channelId }
+  client.conversationId === id ? { tenantId: client.tenantId, channelId: null } : socketScopeOf(client)
 
 /** A hello refused: the error frame, then the close. */
 interface Refused {
@@ -186,7 +186,7 @@ export const makeNativeBinding = Effect.gen(function*() {
         Effect.gen(function*() {
           const id = yield* conversationOf
           if (lacks("read")) return yield* Effect.fail<Refused>({ frame: lacking("read"), code: POLICY_VIOLATION })
-          yield* conversations.get({ tenantId: principal.tenantId, channelId: principal.channelId }, id, { channels: false }).pipe(
+          yield* conversations.get(socketScopeOf(principal), id, { channels: false }).pipe(
             Effect.mapError(refusedFor(POLICY_VIOLATION)),
             Effect.catchIf((refused) => refused.frame["code"] === "unavailable", (refused) => Effect.fail({ ...refused, code: TRY_AGAIN_LATER }))
           )

@@ -1,5 +1,5 @@
 import { Chunk, Duration, Effect, Either, FiberMap, Queue, type Scope, Stream } from "effect"
-import type { ClientPrincipal } from "../../auth/ClientAccess.js"
+import { type ClientPrincipal, socketScopeOf } from "../../auth/ClientAccess.js"
 import { Channels } from "../../channels/Channels.js"
 import { Conversations, type ConversationScope } from "../../conversations/Conversations.js"
 import { postActivity } from "../../conversations/PostActivity.js"
@@ -92,7 +92,7 @@ export const makePhoenixSession = (dialect: PhoenixDialect) =>
         const reply = (to: PhoenixMessage, answer: Reply) => send(phoenixReply(to, answer.status, answer.response))
         const socketError = (response: Response) =>
           send({ joinRef: null, ref: null, topic: SOCKET_TOPIC, event: "error", payload: response })
-        const scopeOf = (): ConversationScope => ({ tenantId: principal.tenantId, channelId: principal.channelId })
+        const scopeOf = (): ConversationScope => socketScopeOf(principal)
         const lacks = (permission: Permission) =>
           principal.permissions.includes(permission) ? undefined : refused("insufficient_permission", { required: [permission] })
 
