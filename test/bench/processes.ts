@@ -113,8 +113,8 @@ export const stopChild = async (child: Child, graceMs = 15_000) => {
 }
 
 /** Every child still running, stopped (a bench's end, however it ends). */
-export const stopChildren = async (graceMs?: number) => {
-  await Promise.all([...children].map((child) => stopChild(child, graceMs)))
+export const stopChildren = async () => {
+  await Promise.all([...children].map((child) => stopChild(child)))
 }
 
 /** Every child still running, killed at once (Ctrl-C). */
