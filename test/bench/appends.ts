@@ -41,21 +41,32 @@
  * PostgreSQL backends, this load generator and everything else on the machine ("other": WAL writer,
  * checkpointer, kernel, and any unrelated process; a large value means the run was disturbed).
  */
-import { type ChildProcess, spawn } from "node:child_process"
-import { randomBytes, randomUUID } from "node:crypto"
-import { createWriteStream, existsSync, mkdirSync, readFileSync } from "node:fs"
+import { randomUUID } from "node:crypto"
+import { existsSync, readFileSync } from "node:fs"
 import { Agent, request } from "node:http"
-import { createServer } from "node:net"
 import os from "node:os"
-import { dirname, join, resolve } from "node:path"
+import { resolve } from "node:path"
 import { performance } from "node:perf_hooks"
-import { fileURLToPath } from "node:url"
-import Pg from "pg"
 import { type CounterRun, type Counters, countersAvailable, startCounters } from "./counters.js"
 import type { ProbeReport } from "./probe.js"
+import { machineBusy, percentile, processCpu } from "./measure.js"
+import {
+  call,
+  type Child,
+  freePort,
+  parleyNodeArgs,
+  type Probe,
+  sleep,
+  startChild,
+  stopChild,
+  stopChildren,
+  tail,
+  waitUntilServing,
+  withDatabase
+} from "./processes.js"
 import { formatRevocationFigures, measureRevocationPropagation } from "./revocation-propagation.js"
+import { expectStatus, interrupted, parleyEntry, type Run, runBench, setUpTenant, startParleyNode, startRun } from "./run.js"
 
-const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..")
 /** Whether the server's instructions per request can be counted (perf stat) on this machine. */
 const perfCounters = countersAvailable()
 const POOL_SIZE = 10 // Parley's pool size (src/db/Database.ts); the baseline uses the same.
@@ -80,9 +91,9 @@ interface Options {
   readonly only: ReadonlySet<Scenario>
   /** Revocations the `revocation` scenario measures. */
   readonly revocations: number
-  readonly probe: boolean
+  /** The probe preloaded into the servers (`--probe`, `--cpu-profile`), or undefined. */
+  readonly probe: Probe | undefined
   readonly idempotencyKeys: boolean
-  readonly cpuProfileDir: string | undefined
   readonly serverUrl: string
 }
 
@@ -136,176 +147,16 @@ const parseOptions = (argv: ReadonlyArray<string>): Options => {
     rounds: Math.floor(positive("rounds", "BENCH_ROUNDS", 1)),
     only,
     revocations: Math.floor(positive("revocations", "BENCH_REVOCATIONS", 100)),
-    probe: (probeText !== undefined && probeText !== "0") || cpuProfile !== undefined,
+    probe: (probeText !== undefined && probeText !== "0") || cpuProfile !== undefined
+      ? { cpuProfileDir: cpuProfile === undefined ? undefined : resolve(cpuProfile) }
+      : undefined,
     idempotencyKeys: keysText !== undefined && keysText !== "0",
-    cpuProfileDir: cpuProfile === undefined ? undefined : resolve(cpuProfile),
     serverUrl: process.env["DATABASE_URL"] ?? "postgres://postgres@127.0.0.1:5432/postgres"
   }
 }
 
 // ---------------------------------------------------------------------------------------------
-// Child processes: every one is killed when the bench ends, however it ends.
-
-interface Child {
-  readonly name: string
-  readonly process: ChildProcess
-  readonly port: number
-  readonly logFile: string
-  readonly probeFile: string | undefined
-  exited: boolean
-}
-
-const children = new Set<Child>()
-/** Set by Ctrl-C (SIGINT) or SIGTERM: load stops at once and everything is torn down. */
-let interruptedBy: NodeJS.Signals | undefined
-
-const freePort = () =>
-  new Promise<number>((resolvePort, reject) => {
-    const server = createServer()
-    server.once("error", reject)
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address()
-      const port = typeof address === "object" && address !== null ? address.port : 0
-      server.close(() => resolvePort(port))
-    })
-  })
-
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms))
-
-const tail = (file: string, lines = 30) => {
-  try {
-    return readFileSync(file, "utf8").split("\n").slice(-lines).join("\n")
-  } catch {
-    return ""
-  }
-}
-
-/**
- * The node flags of `npm start` (`exec node <flags> dist/src/main.js` in package.json), so the bench
- * runs Parley with the runtime settings it ships with; BENCH_SERVER_NODE_ARGS replaces them.
- */
-const parleyNodeArgs = (): ReadonlyArray<string> => {
-  const override = process.env["BENCH_SERVER_NODE_ARGS"]
-  if (override !== undefined) return override.split(" ").filter((a) => a !== "")
-  const scripts = (JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { scripts: Record<string, string> }).scripts
-  const words = (scripts["start"] ?? "").split(" ").filter((a) => a !== "")
-  return words.slice(words.indexOf("node") + 1, -1).filter((a) => a.startsWith("--"))
-}
-
-/**
- * Starts `node <nodeArgs> <script>` (with `--import tsx` for TypeScript, and the probe when asked)
- * with its output in a log file. Compiled JavaScript runs without tsx, exactly as `npm start` runs it.
- */
-const startChild = (
-  name: string,
-  nodeArgs: ReadonlyArray<string>,
-  script: string,
-  port: number,
-  env: Record<string, string>,
-  workDir: string,
-  options: Options
-): Child => {
-  const logFile = join(workDir, `${name}.log`)
-  const probeFile = options.probe ? join(workDir, `${name}.probe.jsonl`) : undefined
-  const loader = script.endsWith(".ts") || options.probe ? ["--import", "tsx"] : []
-  // The probe's last scavenge before a profile of promoted allocations.
-  const exposeGc = options.probe && process.env["BENCH_HEAP_PROFILE"] === "promoted" ? ["--expose-gc"] : []
-  const args = [...nodeArgs, ...exposeGc, ...loader, ...(options.probe ? ["--import", join(ROOT, "test/bench/probe.ts")] : []), script]
-  const child = spawn(process.execPath, args, {
-    cwd: ROOT,
-    env: {
-      ...process.env,
-      ...env,
-      ...(probeFile === undefined ? {} : { BENCH_PROBE_OUT: probeFile, BENCH_PROBE_NAME: name }),
-      ...(options.cpuProfileDir === undefined ? {} : { BENCH_CPU_PROFILE_DIR: options.cpuProfileDir })
-    },
-    stdio: ["ignore", "pipe", "pipe"]
-  })
-  const log = createWriteStream(logFile)
-  child.stdout?.pipe(log)
-  child.stderr?.pipe(log)
-  const handle: Child = { name, process: child, port, logFile, probeFile, exited: false }
-  children.add(handle)
-  child.once("exit", () => {
-    handle.exited = true
-    children.delete(handle)
-  })
-  return handle
-}
-
-const stopChild = async (child: Child) => {
-  if (child.exited) return
-  const exited = new Promise<void>((r) => child.process.once("exit", () => r()))
-  child.process.kill("SIGTERM")
-  const timer = setTimeout(() => child.process.kill("SIGKILL"), interruptedBy === undefined ? 15_000 : 3_000)
-  await exited
-  clearTimeout(timer)
-}
-
-/** One HTTP exchange for setup (not measured). */
-const call = (port: number, method: string, path: string, headers: Record<string, string>, body?: unknown) =>
-  new Promise<{ status: number; body: unknown }>((resolveCall, reject) => {
-    const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body))
-    const req = request(
-      {
-        host: "127.0.0.1",
-        port,
-        method,
-        path,
-        headers: {
-          ...headers,
-          ...(payload === undefined ? {} : { "content-type": "application/json", "content-length": payload.length })
-        }
-      },
-      (res) => {
-        const chunks: Array<Buffer> = []
-        res.on("data", (chunk: Buffer) => chunks.push(chunk))
-        res.on("end", () => {
-          const text = Buffer.concat(chunks).toString("utf8")
-          let parsed: unknown = text
-          try {
-            parsed = text === "" ? null : JSON.parse(text)
-          } catch {
-            // not JSON: keep the text
-          }
-          resolveCall({ status: res.statusCode ?? 0, body: parsed })
-        })
-      }
-    )
-    req.on("error", reject)
-    req.end(payload)
-  })
-
-const waitUntilServing = async (child: Child, path: string, timeoutMs = 90_000) => {
-  const deadline = Date.now() + timeoutMs
-  while (Date.now() < deadline) {
-    if (child.exited) throw new Error(`${child.name} exited during start-up:\n${tail(child.logFile)}`)
-    try {
-      const reply = await call(child.port, "GET", path, {})
-      if (reply.status < 500) return
-    } catch {
-      // not listening yet
-    }
-    await sleep(200)
-  }
-  throw new Error(`${child.name} did not become ready within ${timeoutMs / 1000} s:\n${tail(child.logFile)}`)
-}
-
-// ---------------------------------------------------------------------------------------------
 // CPU accounting from /proc (Linux); zeros elsewhere.
-
-const CLOCK_TICKS = 100
-
-/** utime + stime of a process (all its threads), in seconds; undefined once it has exited. */
-const processCpu = (pid: number): number | undefined => {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS
-  } catch {
-    return undefined
-  }
-}
 
 /** How often the database's backends are read during a window. */
 const BACKEND_SAMPLE_MS = 250
@@ -336,18 +187,6 @@ const backendCpu = (listBackends: () => Promise<ReadonlyArray<number>>) => {
       for (const [pid, cpu] of last) total += cpu - first.get(pid)!
       return total
     }
-  }
-}
-
-/** Busy CPU seconds of the whole machine (all cores). */
-const machineBusy = (): number => {
-  try {
-    const line = readFileSync("/proc/stat", "utf8").split("\n")[0]!
-    // user nice system idle iowait irq softirq steal: everything but idle and iowait is busy.
-    const ticks = line.trim().split(/\s+/).slice(1, 9).map(Number)
-    return ticks.reduce((sum, t, i) => (i === 3 || i === 4 ? sum : sum + t), 0) / CLOCK_TICKS
-  } catch {
-    return 0
   }
 }
 
@@ -578,24 +417,11 @@ interface Row {
   readonly counters: Counters | undefined
 }
 
-const percentile = (sorted: Float64Array, q: number) =>
-  sorted.length === 0 ? Number.NaN : sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))]!
-
 /** The middle value (the mean of the two middle ones for an even count). */
 const median = (values: ReadonlyArray<number>) => {
   const sorted = [...values].sort((a, b) => a - b)
   const middle = sorted.length >> 1
   return sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2
-}
-
-const withDatabase = async <A>(url: string, f: (client: Pg.Client) => Promise<A>): Promise<A> => {
-  const client = new Pg.Client({ connectionString: url, application_name: "parley-bench-setup" })
-  await client.connect()
-  try {
-    return await f(client)
-  } finally {
-    await client.end()
-  }
 }
 
 const backendPids = (dbUrl: string, database: string) =>
@@ -644,13 +470,13 @@ const runScenario = async (
       idempotencyKeys: options.idempotencyKeys,
       pgPids: () => backendPids(db.url, db.name),
       onWindow: (edge) => {
-        if (options.probe) child.process.kill("SIGUSR2")
+        if (options.probe !== undefined) child.process.kill("SIGUSR2")
         if (edge === "open" && perfCounters) counting = startCounters(child.process.pid!)
         if (edge === "close") stopped = counting?.stop()
       },
       abort: () =>
-        interruptedBy !== undefined
-          ? `interrupted (${interruptedBy})`
+        interrupted() !== undefined
+          ? `interrupted (${interrupted()})`
           : child.exited
           ? `${child.name} exited during the run:\n${tail(child.logFile)}`
           : undefined
@@ -660,7 +486,7 @@ const runScenario = async (
     options.durationMs
   )
   let probe: ProbeReport | undefined
-  if (options.probe) {
+  if (options.probe !== undefined) {
     const windows = (probeWindows.get(child) ?? 0) + 1
     probeWindows.set(child, windows)
     probe = await readProbe(child, windows)
@@ -693,36 +519,10 @@ interface ParleySetup {
 }
 
 /** One tenant (limit raised), one webhook channel, K + 1 conversations stored directly. */
-const setUpParley = async (node: Child, adminToken: string, dbUrl: string, k: number): Promise<ParleySetup> => {
-  const admin = { authorization: `Bearer ${adminToken}` }
-  const tenant = await call(node.port, "POST", "/api/v1/admin/tenants", admin, { tenant: { name: "bench" } })
-  if (tenant.status !== 201) throw new Error(`tenant create: ${tenant.status} ${JSON.stringify(tenant.body)}`)
-  const { api_key: apiKey, id: tenantId } = (tenant.body as { data: { id: string; api_key: string } }).data
-  const limits = await call(node.port, "PATCH", `/api/v1/admin/tenants/${tenantId}`, admin, {
-    tenant: { limits: { activity_create: { limit: 1_000_000_000, scale_ms: 1000 } } }
-  })
-  if (limits.status !== 200) throw new Error(`tenant limits: ${limits.status} ${JSON.stringify(limits.body)}`)
-  const channel = await call(node.port, "POST", "/api/v1/manage/channels", { "x-api-key": apiKey }, {
-    channel: { name: "bench", type: "webhook", config: { url: "http://127.0.0.1:9/hook" } }
-  })
-  if (channel.status !== 201) throw new Error(`channel create: ${channel.status} ${JSON.stringify(channel.body)}`)
-  const { id: channelId, secret: channelSecret } = (channel.body as { data: { id: string; secret: string } }).data
-  // There is no public create route on this branch: rows as test/support/Fixtures.ts inserts them.
+const setUpParley = async (node: Child, run: Run, k: number): Promise<ParleySetup> => {
   const ids = Array.from({ length: k + 1 }, () => randomUUID())
-  await withDatabase(dbUrl, async (client) => {
-    await client.query(
-      `INSERT INTO conversations (id, tenant_id, channel_id, origin_channel_id)
-       SELECT id, $1, $2, $2 FROM UNNEST($3::uuid[]) AS id`,
-      [tenantId, channelId, ids]
-    )
-    await client.query(
-      `INSERT INTO conversation_channels (conversation_id, channel_id, role)
-       SELECT id, $1, 'origin' FROM UNNEST($2::uuid[]) AS id`,
-      [channelId, ids]
-    )
-    await client.query("ANALYZE")
-  })
-  return { apiKey, channelSecret, conversationIds: ids.slice(0, k), singleId: ids[k]! }
+  const { apiKey, channels: [channel] } = await setUpTenant(node, run, [{ name: "bench", url: "http://127.0.0.1:9/hook", conversations: ids }])
+  return { apiKey, channelSecret: channel!.secret, conversationIds: ids.slice(0, k), singleId: ids[k]! }
 }
 
 const activityPath = (id: string) => `/api/v1/conversations/${id}/activities`
@@ -735,18 +535,16 @@ const MINT_CONCURRENCY = 16
  * to each conversation, as a widget gets it (reconnect: `GET /api/v1/chat/conversations/:id`).
  */
 const clientAppends = async (node: Child, setup: ParleySetup): Promise<ReadonlyArray<AppendRequest>> => {
-  const generated = await call(node.port, "POST", "/api/v1/chat/tokens/generate", { authorization: `Bearer ${setup.channelSecret}` }, {
+  const generated = expectStatus("token generate", await call(node.port, "POST", "/api/v1/chat/tokens/generate", { authorization: `Bearer ${setup.channelSecret}` }, {
     user: { id: "bench-user" }
-  })
-  if (generated.status !== 200) throw new Error(`token generate: ${generated.status} ${JSON.stringify(generated.body)}`)
-  const channelToken = { authorization: `Bearer ${(generated.body as { token: string }).token}` }
+  }), 200)
+  const channelToken = { authorization: `Bearer ${(generated as { token: string }).token}` }
   const requests: Array<AppendRequest> = []
   for (let i = 0; i < setup.conversationIds.length; i += MINT_CONCURRENCY) {
     const batch = setup.conversationIds.slice(i, i + MINT_CONCURRENCY)
     requests.push(...await Promise.all(batch.map(async (id) => {
-      const reconnect = await call(node.port, "GET", `/api/v1/chat/conversations/${id}`, channelToken)
-      if (reconnect.status !== 200) throw new Error(`reconnect: ${reconnect.status} ${JSON.stringify(reconnect.body)}`)
-      return { path: clientActivityPath(id), headers: { authorization: `Bearer ${(reconnect.body as { token: string }).token}` } }
+      const reconnect = expectStatus("reconnect", await call(node.port, "GET", `/api/v1/chat/conversations/${id}`, channelToken), 200)
+      return { path: clientActivityPath(id), headers: { authorization: `Bearer ${(reconnect as { token: string }).token}` } }
     })))
   }
   return requests
@@ -817,47 +615,17 @@ const printProbe = (row: Row) => {
 const main = async () => {
   const options = parseOptions(process.argv.slice(2))
   const cpus = os.cpus()
-  const runId = randomBytes(6).toString("hex")
-  const dbName = `parley_bench_${runId}`
-  const workDir = join(os.tmpdir(), `parley-bench-${runId}`)
-  mkdirSync(workDir, { recursive: true })
-  const dbUrlObject = new URL(options.serverUrl)
-  dbUrlObject.pathname = `/${dbName}`
-  const db = { url: dbUrlObject.toString(), name: dbName }
-
-  console.log(`Parley append benchmark: ${cpus.length} cores (${cpus[0]?.model ?? "unknown CPU"}), node ${process.version}, ` +
-    `load average ${os.loadavg().map((l) => l.toFixed(2)).join(" ")}`)
-  console.log(`database ${dbName}, logs in ${workDir}`)
+  const revocationAbort = new AbortController()
+  let revocationRun: Promise<unknown> | undefined
+  // A revocation run's nodes are stopped and its database dropped by its own scope.
+  const run = startRun("append", options.serverUrl, async () => {
+    revocationAbort.abort()
+    await revocationRun?.catch(() => undefined)
+  })
+  const db = run.db
   console.log(perfCounters
     ? "server instructions and cycles per window from perf stat"
     : "perf stat cannot count instructions here: the instr/req and IPC columns stay empty")
-
-  let dropped = false
-  const dropDatabase = async () => {
-    if (dropped) return
-    dropped = true
-    await withDatabase(options.serverUrl, (client) => client.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`))
-  }
-  const revocationAbort = new AbortController()
-  let revocationRun: Promise<unknown> | undefined
-  const cleanUp = async () => {
-    await Promise.all([...children].map(stopChild))
-    await dropDatabase()
-  }
-  const onSignal = (signal: NodeJS.Signals) => {
-    if (interruptedBy !== undefined) return
-    interruptedBy = signal
-    revocationAbort.abort()
-    // Its nodes are stopped and its database dropped by its own scope.
-    if (revocationRun !== undefined) {
-      void revocationRun.catch(() => undefined).finally(() => process.exit(130))
-      return
-    }
-    console.error(`\n${signal}: stopping the servers and dropping ${dbName}`)
-    void cleanUp().catch((error: unknown) => console.error(error)).finally(() => process.exit(130))
-  }
-  process.on("SIGINT", onSignal)
-  process.on("SIGTERM", onSignal)
 
   await withDatabase(options.serverUrl, async (client) => {
     const settings = await client.query<{ version: string; sync: string }>(
@@ -865,8 +633,8 @@ const main = async () => {
     )
     const row = settings.rows[0]
     console.log(`PostgreSQL ${row?.version ?? "?"} (synchronous_commit=${row?.sync ?? "?"}), pool size ${POOL_SIZE} on both servers`)
-    await client.query(`CREATE DATABASE ${dbName}`)
   })
+  await run.createDatabase()
   const parleyRows: Array<Row> = []
   const baselineRows: Array<Row> = []
   let singleRow: Row | undefined
@@ -874,31 +642,12 @@ const main = async () => {
   let parleySetup: ParleySetup | undefined
   /** Minted once, on the first node: tokens are checked against the database, not the node that made them. */
   let clientRequests: ReadonlyArray<AppendRequest> | undefined
-  const adminToken = randomBytes(24).toString("hex")
 
   /** A Parley node on the bench database; the first one sets up the tenant and conversations. */
   const startParley = async (name: string) => {
-    const port = await freePort()
-    // Two picks in a row can return the same port.
-    let runnerPort = await freePort()
-    while (runnerPort === port) runnerPort = await freePort()
-    const nodeArgs = parleyNodeArgs()
-    const entry = process.env["BENCH_SERVER_ENTRY"] ?? "dist/src/main.js"
-    console.log(`starting Parley (node ${[...nodeArgs, entry].join(" ")}) ...`)
-    const node = startChild(name, nodeArgs, entry, port, {
-      PORT: String(port),
-      HOST: "127.0.0.1",
-      CLUSTER_RUNNER_PORT: String(runnerPort),
-      DATABASE_URL: db.url,
-      ADMIN_API_TOKEN: adminToken,
-      LOG_LEVEL: "warning",
-      DRAIN_REFUSE_MS: "0",
-      DRAIN_MAX_MS: "10000",
-      WEBHOOK_ALLOWED_HOSTS: "127.0.0.1",
-      DATA_DIR: join(workDir, "data")
-    }, workDir, options)
-    await waitUntilServing(node, "/health/ready")
-    parleySetup ??= await setUpParley(node, adminToken, db.url, options.conversations)
+    console.log(`starting Parley (node ${[...parleyNodeArgs(), parleyEntry()].join(" ")}) ...`)
+    const node = await startParleyNode(run, name, options.probe)
+    parleySetup ??= await setUpParley(node, run, options.conversations)
     return { node, setup: parleySetup }
   }
 
@@ -918,7 +667,7 @@ const main = async () => {
       BASELINE_PORT: String(port),
       DATABASE_URL: db.url,
       BASELINE_POOL_SIZE: String(POOL_SIZE)
-    }, workDir, options)
+    }, run.workDir, { probe: options.probe })
     await waitUntilServing(baseline, "/")
     return baseline
   }
@@ -963,7 +712,10 @@ const main = async () => {
       }
     }
   } finally {
-    if (interruptedBy === undefined) await cleanUp()
+    if (interrupted() === undefined) {
+      await stopChildren()
+      await run.dropDatabase()
+    }
   }
 
   // Parley's two APIs, then its floor, round by round; then the single conversation.
@@ -973,7 +725,7 @@ const main = async () => {
   }
   if (singleRow !== undefined) rows.push(singleRow)
   if (rows.length > 0) printAppends(rows, parleyRows, clientRows, baselineRows, cpus)
-  if (options.only.has("revocation") && interruptedBy === undefined) {
+  if (options.only.has("revocation") && interrupted() === undefined) {
     console.log(`\nmeasuring revocation propagation (${options.revocations} revocations, two nodes on their own database) ...`)
     const figures = measureRevocationPropagation(options.serverUrl, options.revocations, revocationAbort.signal)
     revocationRun = figures
@@ -1028,13 +780,4 @@ const printAppends = (
   for (const row of rows) printProbe(row)
 }
 
-process.on("exit", () => {
-  for (const child of children) child.process.kill("SIGKILL")
-})
-
-main().catch((error: unknown) => {
-  // An interrupted run has said so, and exits once its servers are stopped.
-  if (interruptedBy !== undefined) return
-  console.error(error instanceof Error ? error.message : error)
-  process.exitCode = 1
-})
+void runBench(main)

@@ -38,33 +38,15 @@
  *   DATABASE_URL           server to create the database on (postgres://postgres@127.0.0.1:5432/postgres)
  *   BENCH_SERVER_NODE_ARGS / BENCH_SERVER_ENTRY as for the other benches
  */
-import { randomBytes, randomUUID } from "node:crypto"
-import { mkdirSync } from "node:fs"
+import { randomUUID } from "node:crypto"
 import { Agent as HttpAgent, request as httpRequest } from "node:http"
-import os from "node:os"
-import { join } from "node:path"
 import Pg from "pg"
 import { Agent, request } from "undici"
 import { pinnedLookup } from "../../src/delivery/WebhookSender.js"
 import { signatureHeader } from "../../src/delivery/WebhookSignature.js"
-import {
-  call,
-  type Child,
-  freePorts,
-  killChildren,
-  machineBusy,
-  monotonicMs,
-  parleyNodeArgs,
-  percentile,
-  processCpu,
-  ROOT,
-  sleep,
-  startChild,
-  stopChild,
-  tail,
-  waitUntilServing,
-  withDatabase
-} from "./processes.js"
+import { machineBusy, monotonicMs, percentile, processCpu } from "./measure.js"
+import { call, type Child, freePorts, sleep, startChild, stopChild, tail, waitUntilServing, withDatabase } from "./processes.js"
+import { expectStatus, interrupted, type Run, runBench, setUpTenant, startParleyNode, startRun } from "./run.js"
 import type { ReceiverCommand, ReceiverReport } from "./webhook-receiver.js"
 
 // ---------------------------------------------------------------------------------------------
@@ -137,7 +119,7 @@ interface Receiver {
 
 const startReceiver = async (workDir: string): Promise<Receiver> => {
   const [port] = await freePorts(1)
-  const child = startChild("receiver", [], "test/bench/webhook-receiver.ts", port!, { RECEIVER_PORT: String(port) }, workDir, true)
+  const child = startChild("receiver", [], "test/bench/webhook-receiver.ts", port!, { RECEIVER_PORT: String(port) }, workDir, { ipc: true })
   let nextId = 0
   const pending = new Map<number, (report: ReceiverReport | undefined) => void>()
   child.process.on("message", (reply: { id: number; report?: ReceiverReport }) => {
@@ -174,86 +156,31 @@ interface Setup {
   readonly floor: ReadonlyArray<BenchChannel>
 }
 
-const startParley = async (name: string, dbUrl: string, adminToken: string, workDir: string) => {
-  const [port, runnerPort] = await freePorts(2)
-  const profileDir = process.env["BENCH_DL_CPU_PROFILE"]
-  // The append bench's probe (test/bench/probe.ts): a .cpuprofile of each window, opened and closed by SIGUSR2.
-  const probe = profileDir === undefined ? [] : ["--import", "tsx", "--import", join(ROOT, "test/bench/probe.ts")]
-  const child = startChild(name, [...parleyNodeArgs(), ...probe], process.env["BENCH_SERVER_ENTRY"] ?? "dist/src/main.js", port!, {
-    ...(profileDir === undefined ? {} : {
-      BENCH_PROBE_OUT: join(workDir, `${name}.probe.jsonl`),
-      BENCH_PROBE_NAME: name,
-      BENCH_CPU_PROFILE_DIR: profileDir
-    }),
-    PORT: String(port),
-    HOST: "127.0.0.1",
-    CLUSTER_RUNNER_PORT: String(runnerPort),
-    DATABASE_URL: dbUrl,
-    ADMIN_API_TOKEN: adminToken,
-    LOG_LEVEL: "warning",
-    DRAIN_REFUSE_MS: "0",
-    DRAIN_MAX_MS: "10000",
-    // The receiver is on 127.0.0.1, which the address guard refuses unless allowed.
-    WEBHOOK_ALLOWED_HOSTS: "127.0.0.1",
-    DATA_DIR: join(workDir, "data")
-  }, workDir)
-  await waitUntilServing(child, "/health/ready")
-  return child
-}
+const PROFILE_DIR = process.env["BENCH_DL_CPU_PROFILE"]
+
+/** A Parley node; with BENCH_DL_CPU_PROFILE, the append bench's probe (a .cpuprofile of each window). */
+const startNode = (run: Run, name: string) => startParleyNode(run, name, PROFILE_DIR === undefined ? undefined : { cpuProfileDir: PROFILE_DIR })
 
 /** Opens or closes the probe's window (BENCH_DL_CPU_PROFILE). */
 const signalProbe = (child: Child) => {
-  if (process.env["BENCH_DL_CPU_PROFILE"] !== undefined) child.process.kill("SIGUSR2")
-}
-
-const expectStatus = (what: string, reply: { status: number; body: unknown }, status: number) => {
-  if (reply.status !== status) throw new Error(`${what}: ${reply.status} ${JSON.stringify(reply.body)}`)
-  return reply.body
+  if (PROFILE_DIR !== undefined) child.process.kill("SIGUSR2")
 }
 
 /** One tenant (limit raised), 2N webhook channels at the receiver with M conversations each (inserted directly), all paused. */
-const setUp = async (node: Child, adminToken: string, dbUrl: string, receiverPort: number, options: Options): Promise<Setup> => {
-  const admin = { authorization: `Bearer ${adminToken}` }
-  const tenant = expectStatus("tenant create", await call(node.port, "POST", "/api/v1/admin/tenants", admin, { tenant: { name: "bench" } }), 201)
-  const { api_key: apiKey, id: tenantId } = (tenant as { data: { id: string; api_key: string } }).data
-  expectStatus("tenant limits", await call(node.port, "PATCH", `/api/v1/admin/tenants/${tenantId}`, admin, {
-    tenant: { limits: { activity_create: { limit: 1_000_000_000, scale_ms: 1000 } } }
-  }), 200)
-  const key = { "x-api-key": apiKey }
-  const channels = async (side: string) => {
-    const made: Array<BenchChannel> = []
-    for (let i = 0; i < options.channels; i++) {
-      const name = `${side}-${i + 1}`
-      const url = `http://127.0.0.1:${receiverPort}/hook/${name}`
-      const body = expectStatus("channel create", await call(node.port, "POST", "/api/v1/manage/channels", key, {
-        channel: { name, type: "webhook", config: { url } }
-      }), 201)
-      const { id, secret, rate_limit } = (body as { data: { id: string; secret: string; rate_limit: unknown } }).data
-      if (rate_limit !== null) throw new Error(`channel ${name} has a rate_limit: ${JSON.stringify(rate_limit)}`)
-      expectStatus("channel pause", await call(node.port, "POST", `/api/v1/channels/${id}/pause`, key), 200)
-      made.push({ id, name, url, secret, conversations: Array.from({ length: options.conversations }, () => randomUUID()) })
-    }
-    return made
+const setUp = async (node: Child, run: Run, receiverPort: number, options: Options): Promise<Setup> => {
+  const side = (name: string) =>
+    Array.from({ length: options.channels }, (_, i) => ({
+      side: name,
+      name: `${name}-${i + 1}`,
+      url: `http://127.0.0.1:${receiverPort}/hook/${name}-${i + 1}`,
+      conversations: Array.from({ length: options.conversations }, () => randomUUID())
+    }))
+  const { apiKey, channels } = await setUpTenant(node, run, [...side("parley"), ...side("floor")])
+  for (const { id, name, rate_limit } of channels) {
+    if (rate_limit !== null) throw new Error(`channel ${name} has a rate_limit: ${JSON.stringify(rate_limit)}`)
+    expectStatus("channel pause", await call(node.port, "POST", `/api/v1/channels/${id}/pause`, { "x-api-key": apiKey }), 200)
   }
-  const parley = await channels("parley")
-  const floor = await channels("floor")
-  // No public create route for tenants' conversations: rows as test/support/Fixtures.ts inserts them.
-  await withDatabase(dbUrl, async (client) => {
-    for (const channel of [...parley, ...floor]) {
-      await client.query(
-        `INSERT INTO conversations (id, tenant_id, channel_id, origin_channel_id)
-         SELECT id, $1, $2, $2 FROM UNNEST($3::uuid[]) AS id`,
-        [tenantId, channel.id, channel.conversations]
-      )
-      await client.query(
-        `INSERT INTO conversation_channels (conversation_id, channel_id, role)
-         SELECT id, $1, 'origin' FROM UNNEST($2::uuid[]) AS id`,
-        [channel.id, channel.conversations]
-      )
-    }
-    await client.query("ANALYZE")
-  })
-  return { apiKey, parley, floor }
+  return { apiKey, parley: channels.filter((c) => c.side === "parley"), floor: channels.filter((c) => c.side === "floor") }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -695,46 +622,18 @@ const printLatency = (row: LatencyRow, options: Options) => {
 
 // ---------------------------------------------------------------------------------------------
 
-let interrupted = false
-
 const main = async () => {
   const options = parseOptions(process.argv.slice(2))
-  const cpus = os.cpus()
-  const runId = randomBytes(6).toString("hex")
-  const dbName = `parley_bench_${runId}`
-  const workDir = join(os.tmpdir(), `parley-bench-${runId}`)
-  mkdirSync(workDir, { recursive: true })
-  const dbUrl = new URL(options.serverUrl)
-  dbUrl.pathname = `/${dbName}`
-  const db = dbUrl.toString()
-  const adminToken = randomBytes(24).toString("hex")
-  console.log(`Parley delivery benchmark: ${cpus.length} cores (${cpus[0]?.model ?? "unknown CPU"}), node ${process.version}, ` +
-    `load average ${os.loadavg().map((l) => l.toFixed(2)).join(" ")}`)
-  console.log(`database ${dbName}, logs in ${workDir}`)
+  const run = startRun("delivery", options.serverUrl)
+  const db = run.db.url
 
-  let dropped = false
-  const dropDatabase = async () => {
-    if (dropped) return
-    dropped = true
-    await withDatabase(options.serverUrl, (client) => client.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`))
-  }
-  const onSignal = (signal: NodeJS.Signals) => {
-    if (interrupted) return
-    interrupted = true
-    console.error(`\n${signal}: stopping the servers and dropping ${dbName}`)
-    killChildren()
-    void dropDatabase().catch((error: unknown) => console.error(error)).finally(() => process.exit(130))
-  }
-  process.on("SIGINT", onSignal)
-  process.on("SIGTERM", onSignal)
-
-  await withDatabase(options.serverUrl, (client) => client.query(`CREATE DATABASE ${dbName}`))
-  const receiver = await startReceiver(workDir)
-  let node: Child | undefined = await startParley("parley-1", db, adminToken, workDir)
+  await run.createDatabase()
+  const receiver = await startReceiver(run.workDir)
+  let node: Child | undefined = await startNode(run, "parley-1")
   const sampler = cpuSampler(() => node?.process.pid, receiver.child.process.pid!)
   let invalid = false
   try {
-    const setup = await setUp(node, adminToken, db, receiver.child.port, options)
+    const setup = await setUp(node, run, receiver.child.port, options)
     await receiver.send({ op: "secrets", secrets: Object.fromEntries([...setup.parley, ...setup.floor].map((c) => [c.name, c.secret])) })
     const key = { "x-api-key": setup.apiKey }
     const rows: Array<SaturationRow> = []
@@ -760,7 +659,7 @@ const main = async () => {
       console.log(`${group(rows[0]!.rate)}/s`)
 
       process.stdout.write("parley ... ")
-      node = await startParley("parley-2", db, adminToken, workDir)
+      node = await startNode(run, "parley-2")
       signalProbe(node)
       for (const channel of setup.parley) {
         expectStatus("channel resume", await call(node.port, "POST", `/api/v1/channels/${channel.id}/resume`, key), 200)
@@ -779,7 +678,7 @@ const main = async () => {
       if (rows.some((r) => r.missing > 0 || r.signaturesFailed > 0)) invalid = true
     }
     if (options.only.has("latency")) {
-      node ??= await startParley("parley-2", db, adminToken, workDir)
+      node ??= await startNode(run, "parley-2")
       for (const channel of setup.parley) {
         expectStatus("channel resume", await call(node.port, "POST", `/api/v1/channels/${channel.id}/resume`, key), 200)
       }
@@ -790,10 +689,10 @@ const main = async () => {
     }
   } finally {
     sampler.stop()
-    if (!interrupted) {
+    if (interrupted() === undefined) {
       if (node !== undefined) await stopChild(node)
       await stopChild(receiver.child, 3000)
-      await dropDatabase()
+      await run.dropDatabase()
     }
   }
   if (invalid) {
@@ -802,9 +701,4 @@ const main = async () => {
   }
 }
 
-main().catch((error: unknown) => {
-  if (interrupted) return
-  console.error(error instanceof Error ? error.stack ?? error.message : error)
-  killChildren()
-  process.exitCode = 1
-})
+void runBench(main)

@@ -1,6 +1,6 @@
 /**
- * Child processes, setup calls and /proc readings for test/bench/realtime.ts (the append bench,
- * test/bench/appends.ts, keeps its own copies, with its probe and profile options).
+ * Child processes and setup calls for the benches (test/bench/appends.ts, realtime.ts, delivery.ts;
+ * a run's database, banner and signals are test/bench/run.ts's, the readings test/bench/measure.ts's).
  */
 import { type ChildProcess, spawn } from "node:child_process"
 import { createWriteStream, readFileSync } from "node:fs"
@@ -45,7 +45,14 @@ export interface Child {
   readonly process: ChildProcess
   readonly port: number
   readonly logFile: string
+  /** Where the probe (test/bench/probe.ts) appends its report of each window, if it is preloaded. */
+  readonly probeFile: string | undefined
   exited: boolean
+}
+
+/** test/bench/probe.ts preloaded: SIGUSR2 opens and closes its window; a .cpuprofile of each with `cpuProfileDir`. */
+export interface Probe {
+  readonly cpuProfileDir?: string | undefined
 }
 
 const children = new Set<Child>()
@@ -54,7 +61,10 @@ process.on("exit", () => {
   for (const child of children) child.process.kill("SIGKILL")
 })
 
-/** `node <nodeArgs> [--import tsx] <script>`, its output in `<workDir>/<name>.log`; with an IPC channel when asked. */
+/**
+ * `node <nodeArgs> [--import tsx] <script>`, its output in `<workDir>/<name>.log`; with an IPC channel,
+ * and the probe preloaded, when asked. Compiled JavaScript runs without tsx, exactly as `npm start` runs it.
+ */
 export const startChild = (
   name: string,
   nodeArgs: ReadonlyArray<string>,
@@ -62,19 +72,29 @@ export const startChild = (
   port: number,
   env: Record<string, string>,
   workDir: string,
-  ipc = false
+  options: { readonly ipc?: boolean; readonly probe?: Probe | undefined } = {}
 ): Child => {
+  const { ipc = false, probe } = options
   const logFile = join(workDir, `${name}.log`)
-  const loader = script.endsWith(".ts") ? ["--import", "tsx"] : []
-  const child = spawn(process.execPath, [...nodeArgs, ...loader, script], {
+  const probeFile = probe === undefined ? undefined : join(workDir, `${name}.probe.jsonl`)
+  const loader = script.endsWith(".ts") || probe !== undefined ? ["--import", "tsx"] : []
+  // The probe's last scavenge before a profile of promoted allocations.
+  const exposeGc = probe !== undefined && process.env["BENCH_HEAP_PROFILE"] === "promoted" ? ["--expose-gc"] : []
+  const probeImport = probe === undefined ? [] : ["--import", join(ROOT, "test/bench/probe.ts")]
+  const child = spawn(process.execPath, [...nodeArgs, ...exposeGc, ...loader, ...probeImport, script], {
     cwd: ROOT,
-    env: { ...process.env, ...env },
+    env: {
+      ...process.env,
+      ...env,
+      ...(probeFile === undefined ? {} : { BENCH_PROBE_OUT: probeFile, BENCH_PROBE_NAME: name }),
+      ...(probe?.cpuProfileDir === undefined ? {} : { BENCH_CPU_PROFILE_DIR: probe.cpuProfileDir })
+    },
     stdio: ipc ? ["ignore", "pipe", "pipe", "ipc"] : ["ignore", "pipe", "pipe"]
   })
   const log = createWriteStream(logFile)
   child.stdout?.pipe(log)
   child.stderr?.pipe(log)
-  const handle: Child = { name, process: child, port, logFile, exited: false }
+  const handle: Child = { name, process: child, port, logFile, probeFile, exited: false }
   children.add(handle)
   child.once("exit", () => {
     handle.exited = true
@@ -90,6 +110,11 @@ export const stopChild = async (child: Child, graceMs = 15_000) => {
   const timer = setTimeout(() => child.process.kill("SIGKILL"), graceMs)
   await exited
   clearTimeout(timer)
+}
+
+/** Every child still running, stopped (a bench's end, however it ends). */
+export const stopChildren = async () => {
+  await Promise.all([...children].map((child) => stopChild(child)))
 }
 
 /** Every child still running, killed at once (Ctrl-C). */
@@ -167,44 +192,3 @@ export const withDatabase = async <A>(url: string, f: (client: Pg.Client) => Pro
     await client.end()
   }
 }
-
-const CLOCK_TICKS = 100
-
-/** utime + stime of a process (all its threads), in seconds; undefined once it has exited. */
-export const processCpu = (pid: number): number | undefined => {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS
-  } catch {
-    return undefined
-  }
-}
-
-/** Resident set size of a process in bytes (VmRSS), 0 once it has exited. */
-export const processRss = (pid: number): number => {
-  try {
-    const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))
-    return match === null ? 0 : Number(match[1]) * 1024
-  } catch {
-    return 0
-  }
-}
-
-/** Busy CPU seconds of the whole machine (all cores). */
-export const machineBusy = (): number => {
-  try {
-    const line = readFileSync("/proc/stat", "utf8").split("\n")[0]!
-    // user nice system idle iowait irq softirq steal: everything but idle and iowait is busy.
-    const ticks = line.trim().split(/\s+/).slice(1, 9).map(Number)
-    return ticks.reduce((sum, t, i) => (i === 3 || i === 4 ? sum : sum + t), 0) / CLOCK_TICKS
-  } catch {
-    return 0
-  }
-}
-
-export const percentile = (sorted: ArrayLike<number>, q: number) =>
-  sorted.length === 0 ? Number.NaN : sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))]!
-
-/** A monotonic clock shared by every process of the machine (CLOCK_MONOTONIC), in milliseconds. */
-export const monotonicMs = () => Number(process.hrtime.bigint()) / 1e6

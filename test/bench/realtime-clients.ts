@@ -9,7 +9,7 @@
  */
 import { request } from "node:http"
 import WebSocket from "ws"
-import { monotonicMs } from "./processes.js"
+import { monotonicMs } from "./measure.js"
 
 export type ClientCommand =
   | {

@@ -45,31 +45,13 @@
  *   DATABASE_URL          server to create the database on (postgres://postgres@127.0.0.1:5432/postgres)
  *   BENCH_SERVER_NODE_ARGS replaces Parley's node flags (e.g. "--max-semi-space-size=64 --cpu-prof --cpu-prof-dir=/tmp/prof")
  */
-import { randomBytes, randomUUID } from "node:crypto"
-import { mkdirSync } from "node:fs"
+import { randomUUID } from "node:crypto"
 import { Agent, request } from "node:http"
 import os from "node:os"
-import { join } from "node:path"
 import type { ClientCommand, ClientReply, ClientStats, Receipts } from "./realtime-clients.js"
-import {
-  call,
-  type Child,
-  freePorts,
-  killChildren,
-  machineBusy,
-  monotonicMs,
-  parleyNodeArgs,
-  percentile,
-  processCpu,
-  ROOT,
-  processRss,
-  sleep,
-  startChild,
-  stopChild,
-  tail,
-  waitUntilServing,
-  withDatabase
-} from "./processes.js"
+import { machineBusy, monotonicMs, percentile, processCpu, processRss } from "./measure.js"
+import { call, type Child, freePorts, sleep, startChild, stopChild, tail, waitUntilServing, withDatabase } from "./processes.js"
+import { expectStatus, interrupted, type Run, runBench, setUpTenant, startParleyNode, startRun } from "./run.js"
 
 // ---------------------------------------------------------------------------------------------
 // Options
@@ -163,7 +145,7 @@ type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K>
 
 const startListeners = async (count: number, workDir: string): Promise<Listeners> => {
   const processes = Array.from({ length: count }, (_, i) =>
-    startChild(`listeners-${i + 1}`, ["--max-old-space-size=4096"], "test/bench/realtime-clients.ts", 0, {}, workDir, true))
+    startChild(`listeners-${i + 1}`, ["--max-old-space-size=4096"], "test/bench/realtime-clients.ts", 0, {}, workDir, { ipc: true }))
   let nextId = 0
   const pending = new Map<number, { resolve: (reply: ClientReply) => void; reject: (error: Error) => void }>()
   for (const child of processes) {
@@ -756,39 +738,13 @@ const printThroughput = (rows: ReadonlyArray<ThroughputRow>, options: Options, c
 // ---------------------------------------------------------------------------------------------
 // Main
 
-let interrupted = false
-
 const main = async () => {
   const options = parseOptions(process.argv.slice(2))
   const cpus = os.cpus()
-  const runId = randomBytes(6).toString("hex")
-  const dbName = `parley_bench_${runId}`
-  const workDir = join(os.tmpdir(), `parley-bench-${runId}`)
-  mkdirSync(workDir, { recursive: true })
-  const dbUrl = new URL(options.serverUrl)
-  dbUrl.pathname = `/${dbName}`
-  const adminToken = randomBytes(24).toString("hex")
-  console.log(`Parley realtime benchmark: ${cpus.length} cores (${cpus[0]?.model ?? "unknown CPU"}), node ${process.version}, ` +
-    `load average ${os.loadavg().map((l) => l.toFixed(2)).join(" ")}`)
-  console.log(`database ${dbName}, logs in ${workDir}`)
+  const run = startRun("realtime", options.serverUrl)
 
   const parleyWanted = options.servers.has("parley")
   const floorWanted = options.servers.has("floor")
-  let dropped = false
-  const dropDatabase = async () => {
-    if (dropped || !parleyWanted) return
-    dropped = true
-    await withDatabase(options.serverUrl, (client) => client.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`))
-  }
-  const onSignal = (signal: NodeJS.Signals) => {
-    if (interrupted) return
-    interrupted = true
-    console.error(`\n${signal}: stopping the servers and dropping ${dbName}`)
-    killChildren()
-    void dropDatabase().catch((error: unknown) => console.error(error)).finally(() => process.exit(130))
-  }
-  process.on("SIGINT", onSignal)
-  process.on("SIGTERM", onSignal)
 
   // The conversations of each scenario (and of each fan-out run: joins replay nothing older).
   const ids = (n: number) => Array.from({ length: n }, () => randomUUID())
@@ -798,46 +754,25 @@ const main = async () => {
 
   let setup: Setup | undefined
   const startParley = (name: string) => retryTakenPort(() => startParleyOnce(name))
+  const profileDir = process.env["BENCH_RT_CPU_PROFILE"]
   const startParleyOnce = async (name: string) => {
-    const [port, runnerPort] = await freePorts(2)
-    const profileDir = process.env["BENCH_RT_CPU_PROFILE"]
     // The append bench's probe (test/bench/probe.ts): a .cpuprofile of each measured window, opened and closed by SIGUSR2.
-    const probe = profileDir === undefined ? [] : ["--import", "tsx", "--import", join(ROOT, "test/bench/probe.ts")]
-    const nodeArgs = [...parleyNodeArgs(), ...probe]
-    const entry = process.env["BENCH_SERVER_ENTRY"] ?? "dist/src/main.js"
-    const child = startChild(name, nodeArgs, entry, port!, {
-      ...(profileDir === undefined ? {} : {
-        BENCH_PROBE_OUT: join(workDir, `${name}.probe.jsonl`),
-        BENCH_PROBE_NAME: name,
-        BENCH_CPU_PROFILE_DIR: profileDir
-      }),
-      PORT: String(port),
-      HOST: "127.0.0.1",
-      CLUSTER_RUNNER_PORT: String(runnerPort),
-      DATABASE_URL: dbUrl.toString(),
-      ADMIN_API_TOKEN: adminToken,
-      LOG_LEVEL: "warning",
-      DRAIN_REFUSE_MS: "0",
-      DRAIN_MAX_MS: "10000",
-      WEBHOOK_ALLOWED_HOSTS: "127.0.0.1",
-      DATA_DIR: join(workDir, "data")
-    }, workDir)
-    await waitUntilServing(child, "/health/ready")
-    setup ??= await setUpParley(child, adminToken, dbUrl.toString(), [...idleIds, ...fanoutIds.one, ...fanoutIds.two, ...throughputIds], options.tokenUser)
+    const child = await startParleyNode(run, name, profileDir === undefined ? undefined : { cpuProfileDir: profileDir })
+    setup ??= await setUpParley(child, run, [...idleIds, ...fanoutIds.one, ...fanoutIds.two, ...throughputIds], options.tokenUser)
     const target: Target = { name: "parley", child, query: `token=${encodeURIComponent(setup.token)}`, headers: { "x-api-key": setup.apiKey } }
     return target
   }
   const startFloor = () => retryTakenPort(startFloorOnce)
   const startFloorOnce = async () => {
     const [port] = await freePorts(1)
-    const child = startChild("floor", [], "test/bench/ws-floor-server.ts", port!, { FLOOR_PORT: String(port) }, workDir)
+    const child = startChild("floor", [], "test/bench/ws-floor-server.ts", port!, { FLOOR_PORT: String(port) }, run.workDir)
     await waitUntilServing(child, "/")
     const target: Target = { name: "floor", child, query: "", headers: {} }
     return target
   }
 
-  if (parleyWanted) await withDatabase(options.serverUrl, (client) => client.query(`CREATE DATABASE ${dbName}`))
-  const listeners = await startListeners(options.clientProcesses, workDir)
+  if (parleyWanted) await run.createDatabase()
+  const listeners = await startListeners(options.clientProcesses, run.workDir)
   const idleRows: Array<IdleRow> = []
   const fanoutRows: Array<FanoutRow> = []
   const throughputRows: Array<ThroughputRow> = []
@@ -851,7 +786,7 @@ const main = async () => {
       }
       if (parleyWanted) {
         const node = await startParley("parley-idle")
-        idleRows.push(await idleScenario(node, listeners, idleIds, options.sockets, { url: dbUrl.toString(), name: dbName }))
+        idleRows.push(await idleScenario(node, listeners, idleIds, options.sockets, run.db))
         await stopChild(node.child)
       }
       // Each scenario's table as soon as it is measured: a later scenario can take long, or fail.
@@ -882,9 +817,9 @@ const main = async () => {
       if (parley !== undefined) await stopChild(parley.child)
     }
   } finally {
-    if (!interrupted) {
+    if (interrupted() === undefined) {
       await Promise.all(listeners.processes.map((child) => stopChild(child, 3000)))
-      await dropDatabase()
+      await run.dropDatabase()
     }
   }
   const invalid = [...idleRows.map((r) => r.failed), ...fanoutRows.map((r) => r.errors), ...throughputRows.map((r) => r.errors)].some((n) => n > 0)
@@ -943,45 +878,13 @@ const retryTakenPort = async <A>(start: () => Promise<A>): Promise<A> => {
 }
 
 /** One tenant (limit raised), one webhook channel, the conversations stored directly, one channel-scoped token. */
-const setUpParley = async (node: Child, adminToken: string, dbUrl: string, conversationIds: ReadonlyArray<string>, user: string): Promise<Setup> => {
-  const admin = { authorization: `Bearer ${adminToken}` }
-  const tenant = await call(node.port, "POST", "/api/v1/admin/tenants", admin, { tenant: { name: "bench" } })
-  if (tenant.status !== 201) throw new Error(`tenant create: ${tenant.status} ${JSON.stringify(tenant.body)}`)
-  const { api_key: apiKey, id: tenantId } = (tenant.body as { data: { id: string; api_key: string } }).data
-  const limits = await call(node.port, "PATCH", `/api/v1/admin/tenants/${tenantId}`, admin, {
-    tenant: { limits: { activity_create: { limit: 1_000_000_000, scale_ms: 1000 } } }
-  })
-  if (limits.status !== 200) throw new Error(`tenant limits: ${limits.status} ${JSON.stringify(limits.body)}`)
-  const channel = await call(node.port, "POST", "/api/v1/manage/channels", { "x-api-key": apiKey }, {
-    channel: { name: "bench", type: "webhook", config: { url: "http://127.0.0.1:9/hook" } }
-  })
-  if (channel.status !== 201) throw new Error(`channel create: ${channel.status} ${JSON.stringify(channel.body)}`)
-  const { id: channelId, secret } = (channel.body as { data: { id: string; secret: string } }).data
-  // No public create route for tenants' conversations: rows as test/support/Fixtures.ts inserts them.
-  await withDatabase(dbUrl, async (client) => {
-    await client.query(
-      `INSERT INTO conversations (id, tenant_id, channel_id, origin_channel_id)
-       SELECT id, $1, $2, $2 FROM UNNEST($3::uuid[]) AS id`,
-      [tenantId, channelId, conversationIds]
-    )
-    await client.query(
-      `INSERT INTO conversation_channels (conversation_id, channel_id, role)
-       SELECT id, $1, 'origin' FROM UNNEST($2::uuid[]) AS id`,
-      [channelId, conversationIds]
-    )
-    await client.query("ANALYZE")
-  })
-  const generated = await call(node.port, "POST", "/api/v1/chat/tokens/generate", { authorization: `Bearer ${secret}` }, {
+const setUpParley = async (node: Child, run: Run, conversationIds: ReadonlyArray<string>, user: string): Promise<Setup> => {
+  const { apiKey, channels: [channel] } = await setUpTenant(node, run, [{ name: "bench", url: "http://127.0.0.1:9/hook", conversations: conversationIds }])
+  const generated = expectStatus("token generate", await call(node.port, "POST", "/api/v1/chat/tokens/generate", { authorization: `Bearer ${channel!.secret}` }, {
     ...(user === "" ? {} : { user: { id: user } }),
     scope: "channel"
-  })
-  if (generated.status !== 200) throw new Error(`token generate: ${generated.status} ${JSON.stringify(generated.body)}`)
-  return { apiKey, token: (generated.body as { token: string }).token }
+  }), 200)
+  return { apiKey, token: (generated as { token: string }).token }
 }
 
-main().catch((error: unknown) => {
-  if (interrupted) return
-  console.error(error instanceof Error ? error.stack ?? error.message : error)
-  killChildren()
-  process.exitCode = 1
-})
+void runBench(main)

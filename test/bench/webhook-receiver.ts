@@ -8,7 +8,7 @@
  */
 import { createHmac, timingSafeEqual } from "node:crypto"
 import { createServer } from "node:http"
-import { monotonicMs } from "./processes.js"
+import { monotonicMs } from "./measure.js"
 
 export type ReceiverCommand =
   | { readonly op: "secrets"; readonly secrets: Readonly<Record<string, string>> }
