@@ -297,7 +297,8 @@ describe.skipIf(serverUrl === undefined)("database outage", () => {
       const { conversationId, key, node, proxy, secret } = yield* seededNodeBehindProxy
       const others = yield* Effect.forEach(Array.from({ length: 8 }), () => newConversation(node.baseUrl, secret))
       const append = (id: string, text: string) => postText(node.baseUrl, key, id, text)
-      proxy.holdFrom("append_batch")
+      // Held by its own text: another connection's statement cannot take the hold first.
+      proxy.holdFrom("stalled")
       expect((yield* append(conversationId, "stalled")).status).toBe(503)
       // Still held. Waves of concurrent appends keep both writers busy.
       for (let wave = 0; wave < 3; wave++) {
