@@ -1,6 +1,5 @@
 import { describe, expect, layer } from "@effect/vitest"
-import { Effect, Option } from "effect"
-import { ChannelDeliveryState } from "../src/delivery/ChannelDeliveryState.js"
+import { Effect } from "effect"
 import { expectError } from "./support/Envelope.js"
 import { insertDelivery, scopedKey, storedDelivery } from "./support/DeliveryFixtures.js"
 import { insertChannel, insertConversation, tenantApi } from "./support/Fixtures.js"
@@ -270,26 +269,6 @@ layer(TestNodeLive(), { excludeTestServices: true })("delivery routes", (it) => 
         expect(audit.map((a) => a.action).sort()).toEqual(["channel.paused", "channel.resumed", "channel.resumed"])
         expect(audit.every((a) => a.actor_id === tenant.id)).toBe(true)
       }))
-
-    sqlIt("the breaker owner sees pause and resume through ChannelDeliveryState, and cannot end a pause", () =>
-      Effect.gen(function*() {
-        const { key, ids } = yield* setup
-        const state = yield* ChannelDeliveryState
-        const before = Option.getOrThrow(yield* state.get(ids.channelId))
-        expect(before.circuit_state).toBe("closed")
-        expect((yield* state.record(ids.channelId, "open")).pipe(Option.map((s) => s.circuit_state))).toEqual(Option.some("open"))
-        yield* tenantApi(key, "POST", `/channels/${ids.channelId}/pause`)
-        const paused = Option.getOrThrow(yield* state.get(ids.channelId))
-        expect(paused.circuit_state).toBe("paused")
-        expect(paused.version).not.toBe(before.version)
-        // The owner's transitions do not end a pause: only a resume does.
-        for (const transition of ["closed", "half_open", "open"] as const) {
-          expect(Option.getOrThrow(yield* state.record(ids.channelId, transition)).circuit_state).toBe("paused")
-        }
-        yield* tenantApi(key, "POST", `/channels/${ids.channelId}/resume`)
-        expect(Option.getOrThrow(yield* state.get(ids.channelId)).circuit_state).toBe("closed")
-        expect(yield* state.get(crypto.randomUUID())).toEqual(Option.none())
-      }).pipe(Effect.provide(ChannelDeliveryState.Default)))
 
     sqlIt("pause and resume need manage; a channel token works for its own channel only; foreign is 404", () =>
       Effect.gen(function*() {
