@@ -2,7 +2,7 @@ import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { eventually } from "./support/Eventually.js"
 import { insertConversation, tenantApi } from "./support/Fixtures.js"
-import { createChannel } from "./support/ManageClient.js"
+import { createChannel, manage } from "./support/ManageClient.js"
 import { query } from "./support/TestDatabase.js"
 import { createTenant, TestNodeLive } from "./support/TestNode.js"
 import { type Answer, webhookReceiver } from "./support/WebhookReceiver.js"
@@ -37,7 +37,7 @@ const setUp = (answer: () => Answer, retryPolicy: object = RETRY_POLICY) =>
       })
     const append = (text: string) =>
       Effect.map(api("POST", `/conversations/${conversationId}/activities`, { text }), (body) => body.data.id as string)
-    return { hook, channelId: channel.id, api, append }
+    return { hook, channelId: channel.id, api, append, key: tenant.api_key }
   })
 
 const deliveryOf = (activityId: string) =>
@@ -105,5 +105,22 @@ layer(NoSweep, { excludeTestServices: true })("an operator's change wakes the ch
       expect((yield* api("POST", `/channels/${channelId}/deliveries/retry`)).data).toEqual({ retried: 1 })
       yield* eventually(deliveryOf(second), (d) => d?.status === "sent", { within: SOON, what: "channel replay sent" })
       expect(hook.received.length).toBe(4)
+    }))
+
+  it.scoped("a channel made active again sends what waited for it", () =>
+    Effect.gen(function*() {
+      const { api, append, channelId, hook, key } = yield* setUp(() => ({ status: 200 }))
+      const setStatus = (status: string) =>
+        Effect.tap(manage(key, "PATCH", `/channels/${channelId}`, { channel: { status } }), (reply) => expect(reply.status).toBe(200))
+      yield* api("POST", `/channels/${channelId}/pause`)
+      const activityId = yield* append("waits for the channel")
+      yield* setStatus("inactive")
+      // Resumed while inactive: the loop wakes, finds the channel inactive, and stops.
+      yield* api("POST", `/channels/${channelId}/resume`)
+      yield* Effect.sleep("1 second")
+      expect(hook.received.length).toBe(0)
+      yield* setStatus("active")
+      yield* eventually(deliveryOf(activityId), (d) => d?.status === "sent", { within: SOON, what: "sent once active" })
+      expect(hook.received.length).toBe(1)
     }))
 })

@@ -7,6 +7,7 @@ import { ParentRows } from "../db/ParentRows.js"
 import { orUnavailable } from "../db/SqlFailure.js"
 import { inTransaction } from "../db/Transaction.js"
 import { AddressGuard } from "../delivery/AddressGuard.js"
+import { ChannelDeliveries } from "../delivery/ChannelDeliveries.js"
 import { Conflict, NotFound } from "../domain/ApiError.js"
 import {
   Channel,
@@ -82,6 +83,7 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
     const guard = yield* AddressGuard
     const parents = yield* ParentRows
     const secrets = yield* ChannelSecrets
+    const loops = yield* ChannelDeliveries
 
     const findChannel = SqlSchema.findOne({
       Request: Schema.Struct({ tenantId: TenantId, id: ChannelId, lock: Schema.Boolean }),
@@ -191,6 +193,8 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
         Effect.retry({ times: 2, while: Predicate.isTagged("ChannelChanged") }),
         Effect.catchTag("ChannelChanged", () =>
           Effect.fail(new Conflict({ message: "the channel kept changing during the update, retry" }))),
+        // Made active again, or its target or rate limit fixed: its loop takes the change in at once.
+        Effect.tap(() => loops.recheck(id)),
         orUnavailable
       )
 
