@@ -1,5 +1,6 @@
 import { SqlClient } from "@effect/sql"
 import { Duration, Effect, Option, Random, Schema } from "effect"
+import { ChannelSecrets } from "../channels/ChannelSecrets.js"
 import { StoredRetryPolicy } from "../domain/Channel.js"
 import { Window } from "../domain/RateLimit.js"
 import { uuidBrander } from "../domain/Uuid.js"
@@ -47,7 +48,8 @@ const ChannelRow = Schema.Struct({
   config: Schema.Record({ key: Schema.String, value: Schema.Unknown }),
   retry_policy: StoredRetryPolicy,
   rate_limit: Schema.NullOr(Window),
-  circuit_state: Schema.Literal("closed", "open", "half_open", "paused")
+  circuit_state: Schema.Literal("closed", "open", "half_open", "paused"),
+  secret_sealed: Schema.NullOr(Schema.Uint8ArrayFromSelf)
 })
 
 interface ClaimedRow {
@@ -66,15 +68,16 @@ const tenantIdOf = uuidBrander<TenantId>()
 
 /**
  * One channel's delivery loop, a turn at a time (the channel's entity runs the turns). Each turn reads
- * the channel again (the tenant API pauses and resumes it by writing `circuit_state`), asks the breaker,
- * claims the oldest due deliveries within the channel's rate limit, sends them with bounded
- * concurrency and records each outcome.
+ * the channel again (the tenant API pauses and resumes it by writing `circuit_state`, and rotates its
+ * secret), asks the breaker, claims the oldest due deliveries within the channel's rate limit, sends
+ * them with bounded concurrency and records each outcome.
  */
 export const makeDeliveryLoop = (channelId: string, settings: DeliverySettings) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const senders = yield* DeliverySenders
     const metrics = yield* DeliveryMetrics
+    const secrets = yield* ChannelSecrets
     // The loop ends with its entity (moved, or idle): the channel's next owner reports its breaker.
     yield* Effect.addFinalizer(() => Effect.sync(() => metrics.forgetBreaker(channelId)))
     const decodeChannel = Schema.decodeUnknown(ChannelRow)
@@ -217,7 +220,7 @@ export const makeDeliveryLoop = (channelId: string, settings: DeliverySettings) 
 
     const turn = Effect.gen(function*() {
       const rows = yield* sql`
-        SELECT id, tenant_id, type, mode, status, config, retry_policy, rate_limit, circuit_state
+        SELECT id, tenant_id, type, mode, status, config, retry_policy, rate_limit, circuit_state, secret_sealed
         FROM channels WHERE id = ${channelId}`
       // A deleted channel took its deliveries with it.
       if (rows.length === 0) return IDLE
@@ -243,7 +246,9 @@ export const makeDeliveryLoop = (channelId: string, settings: DeliverySettings) 
         tenantId: tenantIdOf(row.tenant_id),
         type: row.type,
         config: row.config,
-        retryPolicy: row.retry_policy
+        retryPolicy: row.retry_policy,
+        // Opened once a turn, not per send: a rotation reaches the next turn's sends.
+        signingSecret: secrets.open(row.id, row.secret_sealed)
       }
       const stateBeforeSends = breaker.state
       yield* Effect.forEach(claimed, (r) => sendOne(r, channel), { concurrency: settings.concurrency, discard: true })
