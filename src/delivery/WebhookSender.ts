@@ -93,12 +93,20 @@ interface Exchange {
 }
 
 /**
- * Sends one request and reads its answer, as an outcome; never rejects. Bounded by an abort signal
+ * Sends one request and reads its answer, as an outcome; never rejects. Bounded by a timer of its own
  * rather than an Effect timeout: the loop already bounds the attempt with one, and each timeout forks
- * two fibers (ADR 0030, "Cost per delivery").
+ * two fibers (ADR 0030, "Cost per delivery"). The timer is cleared when the exchange ends, so none
+ * outlives its request.
  */
 const exchange = async (request: Exchange, interrupted: AbortSignal): Promise<DeliveryOutcome> => {
-  const bound = AbortSignal.timeout(request.boundMs)
+  const abort = new AbortController()
+  let timedOut = false
+  const timer = setTimeout(() => {
+    timedOut = true
+    abort.abort()
+  }, request.boundMs)
+  const onInterrupt = () => abort.abort()
+  interrupted.addEventListener("abort", onInterrupt)
   try {
     // undici's request() follows no redirects: a 3xx comes back as it is.
     const response = await undiciRequest(request.url, {
@@ -106,14 +114,17 @@ const exchange = async (request: Exchange, interrupted: AbortSignal): Promise<De
       method: request.method,
       headers: request.headers,
       body: request.body,
-      signal: AbortSignal.any([interrupted, bound]),
+      signal: abort.signal,
       headersTimeout: request.receiveTimeoutMs,
       bodyTimeout: request.receiveTimeoutMs
     })
     const read = await readBounded(response.body, request.maxResponseBytes)
     return classifyResponse({ status: response.statusCode, headers: response.headers, ...read }, Date.now())
   } catch (error) {
-    return bound.aborted ? retryable("receive timeout") : transportOutcome(error)
+    return timedOut ? retryable("receive timeout") : transportOutcome(error)
+  } finally {
+    clearTimeout(timer)
+    interrupted.removeEventListener("abort", onInterrupt)
   }
 }
 
