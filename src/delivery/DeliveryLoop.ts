@@ -135,7 +135,7 @@ export const makeDeliveryLoop = (channelId: string, settings: DeliverySettings) 
     const release = (id: string) =>
       sql`UPDATE deliveries SET next_attempt_at = now(), updated_at = now() WHERE id = ${id} AND status = 'pending'`
 
-    /** What an attempt leaves in its row: the outcome as `recordAll` writes it. */
+    /** Counts the attempt in the metrics and gives what it leaves in its row, for `recordAll`. */
     const recorded = (
       delivery: DueDelivery,
       channel: DeliveryChannel,
