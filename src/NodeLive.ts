@@ -8,6 +8,7 @@ import { ConversationExpiryLive } from "../cluster/ConversationExpiry.js"
 import { ConversationOwnersLive } from "../cluster/ConversationOwnersLive.js"
 import { ConversationSignalsEntityLive } from "../cluster/ConversationSignalsEntityLive.js"
 import { ConversationSignalsLive } from "../cluster/ConversationSignalsLive.js"
+import { ChannelSecrets } from "./channels/ChannelSecrets.js"
 import { AppConfig } from "./config/AppConfig.js"
 import { ActivityRepo } from "./conversations/ActivityRepo.js"
 import { ActivityWriter } from "./conversations/ActivityWriter.js"
@@ -59,6 +60,7 @@ const NodeServices = Layer.mergeAll(Metrics.Default, Lifecycle.Default, JobRunne
 const DeliveryLive = Layer.mergeAll(
   ChannelEntityLive.pipe(
     Layer.provide(DeliverySendersLive),
+    Layer.provide(ChannelSecrets.Default),
     Layer.provide(Conversations.Default),
     Layer.provide(LocalChannelFeeds.Default)
   ),

@@ -1,6 +1,7 @@
 import { expect, layer } from "@effect/vitest"
 import { Effect, Layer, Option } from "effect"
 import { DeliverySenders, Outcome } from "../src/delivery/DeliverySender.js"
+import { ChannelSecrets } from "../src/channels/ChannelSecrets.js"
 import { makeDeliveryLoop } from "../src/delivery/DeliveryLoop.js"
 import { DeliveryMetrics } from "../src/delivery/DeliveryMetrics.js"
 import type { DeliverySettings } from "../src/delivery/DeliverySettings.js"
@@ -25,7 +26,7 @@ const ReceiverDown = Layer.succeed(DeliverySenders, {
 })
 
 /** The loop's services beside the node's database; metrics of their own, as the node registered its own. */
-const LoopServices = Layer.merge(ReceiverDown, DeliveryMetrics.Default.pipe(Layer.provide(Metrics.Default)))
+const LoopServices = Layer.mergeAll(ReceiverDown, DeliveryMetrics.Default.pipe(Layer.provide(Metrics.Default)), ChannelSecrets.Default)
 
 /**
  * One owner of the channel's loop, as its entity runs it: it takes `turns` turns and ends, as a move

@@ -3,7 +3,7 @@ import { Effect } from "effect"
 import { createHmac, timingSafeEqual } from "node:crypto"
 import { eventually } from "./support/Eventually.js"
 import { insertConversation, tenantApi } from "./support/Fixtures.js"
-import { createChannel } from "./support/ManageClient.js"
+import { createChannel, manage } from "./support/ManageClient.js"
 import { query } from "./support/TestDatabase.js"
 import { createTenant, request, TestNodeLive } from "./support/TestNode.js"
 import { webhookReceiver } from "./support/WebhookReceiver.js"
@@ -65,5 +65,42 @@ layer(TestNodeLive({ DELIVERY_SWEEP_MS: "500" }), { excludeTestServices: true })
       expect(metrics).toMatch(/parley_delivery_attempts_total\{channel_type="webhook",outcome="sent"\} [1-9]/)
       expect(metrics).toMatch(/parley_delivery_latency_seconds_count\{channel_type="webhook"\} [1-9]/)
       expect(metrics).toContain(`parley_delivery_breaker_state{channel_id="${channel.id}"} 0`)
+    }), { timeout: 90_000 })
+  it.scoped("after a rotation the channel's next delivery is signed with the new secret", () =>
+    Effect.gen(function*() {
+      const hook = yield* receiver
+      const tenant = yield* createTenant()
+      const channel = yield* createChannel(tenant.api_key, {
+        config: { url: hook.url },
+        retry_policy: { max_attempts: 5, backoff: "fixed", base_ms: 100, max_ms: 100, timeout_ms: 5000 }
+      })
+      const conversationId = yield* insertConversation(tenant.id, channel.id)
+      const deliver = (text: string) =>
+        Effect.gen(function*() {
+          const reply = yield* tenantApi(tenant.api_key, "POST", `/conversations/${conversationId}/activities`, { text })
+          expect(reply.status).toBe(201)
+          const [delivery] = yield* query<{ id: string }>(`SELECT id FROM deliveries WHERE activity_id = $1`, [reply.body.data.id])
+          // The receiver answers 500 then 200: two signed requests, and the second recorded.
+          yield* eventually(
+            query<{ status: string }>(`SELECT status FROM deliveries WHERE id = $1`, [delivery!.id]),
+            (rows) => rows[0]?.status === "sent",
+            { within: "30 seconds" }
+          )
+          return hook.received.filter((request) => request.headers["x-chat-delivery-id"] === delivery!.id)
+        })
+
+      // The first delivery starts the channel's entity, whose loop outlives the rotation.
+      for (const request of yield* deliver("before")) {
+        expect(signatureValid(String(request.headers["x-chat-signature"]), request.body, channel.secret)).toBe(true)
+      }
+      const rotated = yield* manage(tenant.api_key, "POST", `/channels/${channel.id}/rotate_secret`)
+      expect(rotated.status).toBe(200)
+      const secret: string = rotated.body.data.secret
+      const after = yield* deliver("after")
+      expect(after.length).toBe(2)
+      for (const request of after) {
+        expect(signatureValid(String(request.headers["x-chat-signature"]), request.body, secret)).toBe(true)
+        expect(signatureValid(String(request.headers["x-chat-signature"]), request.body, channel.secret)).toBe(false)
+      }
     }), { timeout: 90_000 })
 })

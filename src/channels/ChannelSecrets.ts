@@ -1,9 +1,6 @@
-import { SqlClient, SqlSchema } from "@effect/sql"
-import { Effect, Option, Redacted, Schema } from "effect"
+import { Effect, Option, Redacted } from "effect"
 import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto"
 import { installationSecret } from "../db/InstallationSecrets.js"
-import { orUnavailable } from "../db/SqlFailure.js"
-import { ChannelId } from "../domain/Channel.js"
 
 /** Where the sealing key is kept in `installation_secrets`. */
 export const SEALING_KEY_NAME = "channel_secret_sealing_key"
@@ -54,14 +51,7 @@ const loadKey = Effect.map(installationSecret(SEALING_KEY_NAME), (value) => Buff
  */
 export class ChannelSecrets extends Effect.Service<ChannelSecrets>()("parley/ChannelSecrets", {
   effect: Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
     const key = yield* loadKey
-
-    const findSealed = SqlSchema.findOne({
-      Request: ChannelId,
-      Result: Schema.Struct({ secret_sealed: Schema.NullOr(Schema.Uint8ArrayFromSelf) }),
-      execute: (id) => sql`SELECT secret_sealed FROM channels WHERE id = ${id}`
-    })
 
     /** The value to store in `secret_sealed` beside a new secret's hash. */
     const seal = (channelId: string, secret: string) => sealSecret(key, channelId, secret)
@@ -70,17 +60,6 @@ export class ChannelSecrets extends Effect.Service<ChannelSecrets>()("parley/Cha
     const open = (channelId: string, sealed: Uint8Array | null): Option.Option<Redacted.Redacted<string>> =>
       sealed === null ? Option.none() : Option.map(openSecret(key, channelId, sealed), Redacted.make)
 
-    /**
-     * The secret that keys a channel's outbound signatures; none for a channel gone, or one whose
-     * secret was issued before secrets were sealed (rotating it gives it one).
-     */
-    const signingSecret = (channelId: ChannelId) =>
-      findSealed(channelId).pipe(
-        Effect.map(Option.flatMap((row) => open(channelId, row.secret_sealed))),
-        Effect.catchTag("ParseError", Effect.die),
-        orUnavailable
-      )
-
-    return { seal, open, signingSecret } as const
+    return { seal, open } as const
   })
 }) {}

@@ -68,44 +68,43 @@ export class AddressGuard extends Effect.Service<AddressGuard>()("parley/Address
 
     const addressAllowed = (address: string) => isPublicAddress(address) || inRanges(address, allow.ranges)
 
-    /** Parses and checks the URL's shape and literal host; no DNS. */
-    const parse = (raw: string) =>
-      Effect.gen(function*() {
-        const url = yield* Effect.try({
-          try: () => new URL(raw),
-          catch: () => new AddressRejected({ reason: "is not a valid URL" })
-        })
-        if (url.protocol !== "http:" && url.protocol !== "https:") {
-          return yield* new AddressRejected({ reason: "must use http or https" })
-        }
-        if (url.username !== "" || url.password !== "") {
-          return yield* new AddressRejected({ reason: "must not carry credentials" })
-        }
-        const host = normaliseHost(url.hostname)
-        return { url, host }
-      })
+    /**
+     * The URL's shape and literal host, checked without DNS: plain code, as it runs before every
+     * webhook request (ADR 0030, "Cost per delivery").
+     */
+    const parse = (raw: string): AddressRejected | { readonly url: URL; readonly host: string } => {
+      let url: URL
+      try {
+        url = new URL(raw)
+      } catch {
+        return new AddressRejected({ reason: "is not a valid URL" })
+      }
+      if (url.protocol !== "http:" && url.protocol !== "https:") return new AddressRejected({ reason: "must use http or https" })
+      if (url.username !== "" || url.password !== "") return new AddressRejected({ reason: "must not carry credentials" })
+      return { url, host: normaliseHost(url.hostname) }
+    }
 
     /**
      * Resolves the host and returns the addresses a request may be pinned to. A host that does not
      * resolve yields no addresses (accepted at save time, failed at delivery until it resolves).
      */
-    const check = (raw: string) =>
-      Effect.gen(function*() {
-        const { host, url } = yield* parse(raw)
-        if (ipaddr.isValid(host)) {
-          if (!addressAllowed(host)) return yield* new AddressRejected({ reason: "points to a non-public address" })
-          return { url, addresses: [host] as ReadonlyArray<string> }
-        }
-        if (host === "localhost" || host.endsWith(".localhost")) {
-          if (!hostAllowed(host)) return yield* new AddressRejected({ reason: "points to a non-public address" })
-        }
-        const resolved = yield* resolver.resolve(host)
-        if (hostAllowed(host)) return { url, addresses: resolved }
-        if (resolved.some((address) => !addressAllowed(address))) {
-          return yield* new AddressRejected({ reason: "resolves to a non-public address" })
-        }
-        return { url, addresses: resolved }
-      })
+    const check = (raw: string): Effect.Effect<{ readonly url: URL; readonly addresses: ReadonlyArray<string> }, AddressRejected> => {
+      const parsed = parse(raw)
+      if (parsed instanceof AddressRejected) return Effect.fail(parsed)
+      const { host, url } = parsed
+      if (ipaddr.isValid(host)) {
+        return addressAllowed(host)
+          ? Effect.succeed({ url, addresses: [host] })
+          : Effect.fail(new AddressRejected({ reason: "points to a non-public address" }))
+      }
+      if ((host === "localhost" || host.endsWith(".localhost")) && !hostAllowed(host)) {
+        return Effect.fail(new AddressRejected({ reason: "points to a non-public address" }))
+      }
+      return Effect.flatMap(resolver.resolve(host), (resolved) =>
+        !hostAllowed(host) && resolved.some((address) => !addressAllowed(address))
+          ? Effect.fail(new AddressRejected({ reason: "resolves to a non-public address" }))
+          : Effect.succeed({ url, addresses: resolved }))
+    }
 
     return { check } as const
   }),

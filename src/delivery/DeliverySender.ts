@@ -1,4 +1,4 @@
-import { Context, Data, type Effect, type Option } from "effect"
+import { Context, Data, type Effect, type Option, type Redacted } from "effect"
 import type { ChannelId, RetryPolicy } from "../domain/Channel.js"
 import type { TenantId } from "../domain/Tenant.js"
 
@@ -20,6 +20,11 @@ export interface DeliveryChannel {
   readonly type: string
   readonly config: Record<string, unknown>
   readonly retryPolicy: RetryPolicy
+  /**
+   * The channel's secret, opened from the row the turn read (a rotation takes effect from the next
+   * turn); none for a channel whose secret predates sealed secrets. Webhook signatures are keyed with it.
+   */
+  readonly signingSecret: Option.Option<Redacted.Redacted<string>>
 }
 
 /**

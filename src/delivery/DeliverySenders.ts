@@ -1,5 +1,4 @@
 import { Effect, Layer, Option, Schema } from "effect"
-import { ChannelSecrets } from "../channels/ChannelSecrets.js"
 import { Activity } from "../domain/Activity.js"
 import { makeEchoSender } from "./EchoSender.js"
 import { type DeliverySender, DeliverySenders, Outcome, SenderOverrides } from "./DeliverySender.js"
@@ -34,20 +33,19 @@ const retryLater = (error: { readonly message: string }) =>
   Effect.succeed(Outcome.Retry({ afterMs: Option.none(), error: error.message }))
 
 /** `webhook`: the signed request of server-apis.md, keyed with the channel's sealed secret. */
-const makeWebhookSender = Effect.gen(function*() {
-  const webhook = yield* WebhookSender
-  const secrets = yield* ChannelSecrets
-  return {
-    send: (delivery, channel) =>
-      secrets.signingSecret(channel.id).pipe(
-        Effect.flatMap((secret) =>
-          webhook.send({ deliveryId: delivery.id, payload: delivery.payload, config: channel.config, retryPolicy: channel.retryPolicy, secret })
-        ),
-        Effect.map(outcomeOf),
-        Effect.catchTags({ Unavailable: retryLater, BadRequest: retryLater })
-      )
-  } satisfies DeliverySender
-})
+const makeWebhookSender = Effect.map(WebhookSender, (webhook): DeliverySender => ({
+  send: (delivery, channel) =>
+    Effect.map(
+      webhook.send({
+        deliveryId: delivery.id,
+        payload: delivery.payload,
+        config: channel.config,
+        retryPolicy: channel.retryPolicy,
+        secret: channel.signingSecret
+      }),
+      outcomeOf
+    )
+}))
 
 /** `nats`: the canonical activity published to `config.subject`. */
 const makeNatsSender = Effect.map(NatsPublisher, (nats): DeliverySender => ({
@@ -110,4 +108,4 @@ export const DeliverySendersLive = Layer.effect(
     if (Option.isSome(overrides)) for (const [type, sender] of overrides.value) senders.set(type, sender)
     return DeliverySenders.of({ forType: (type) => senders.get(type) ?? noSender(type) })
   })
-).pipe(Layer.provide(Layer.mergeAll(WebhookSender.Default, NatsPublisher.Default, ChannelSecrets.Default, Outbox.Default)))
+).pipe(Layer.provide(Layer.mergeAll(WebhookSender.Default, NatsPublisher.Default, Outbox.Default)))

@@ -1,10 +1,10 @@
-import { Clock, Duration, Effect, Either, Option, Redacted } from "effect"
+import { Effect, Option, Redacted } from "effect"
 import { isIP, type LookupFunction } from "node:net"
-import { Agent, errors, request } from "undici"
+import { Agent, errors, request as undiciRequest } from "undici"
 import { isReservedHeader } from "../channels/ChannelConfig.js"
 import type { JsonObject, RetryPolicy } from "../domain/Channel.js"
 import { AddressGuard } from "./AddressGuard.js"
-import { classifyResponse, type DeliveryOutcome, permanent, type ReceivedResponse, retryable } from "./WebhookOutcome.js"
+import { classifyResponse, type DeliveryOutcome, permanent, retryable } from "./WebhookOutcome.js"
 import { signatureHeader } from "./WebhookSignature.js"
 
 /** One attempt of one delivery to a `webhook` channel. */
@@ -79,6 +79,55 @@ const transportOutcome = (error: unknown): DeliveryOutcome => {
   return retryable(code === undefined ? `transport error: ${message}` : `transport error: ${code}`)
 }
 
+/** One prepared request: pinned agent, signed headers, and its bounds. */
+interface Exchange {
+  readonly url: URL
+  readonly dispatcher: Agent
+  readonly method: string
+  readonly headers: Record<string, string>
+  readonly body: Buffer
+  readonly receiveTimeoutMs: number
+  readonly maxResponseBytes: number
+  /** The whole exchange, a slowly dripping body included, ends within this. */
+  readonly boundMs: number
+}
+
+/**
+ * Sends one request and reads its answer, as an outcome; never rejects. Bounded by a timer of its own
+ * rather than an Effect timeout: the loop already bounds the attempt with one, and each timeout forks
+ * two fibers (ADR 0030, "Cost per delivery"). The timer is cleared when the exchange ends, so none
+ * outlives its request.
+ */
+const exchange = async (request: Exchange, interrupted: AbortSignal): Promise<DeliveryOutcome> => {
+  const abort = new AbortController()
+  let timedOut = false
+  const timer = setTimeout(() => {
+    timedOut = true
+    abort.abort()
+  }, request.boundMs)
+  const onInterrupt = () => abort.abort()
+  interrupted.addEventListener("abort", onInterrupt)
+  try {
+    // undici's request() follows no redirects: a 3xx comes back as it is.
+    const response = await undiciRequest(request.url, {
+      dispatcher: request.dispatcher,
+      method: request.method,
+      headers: request.headers,
+      body: request.body,
+      signal: abort.signal,
+      headersTimeout: request.receiveTimeoutMs,
+      bodyTimeout: request.receiveTimeoutMs
+    })
+    const read = await readBounded(response.body, request.maxResponseBytes)
+    return classifyResponse({ status: response.statusCode, headers: response.headers, ...read }, Date.now())
+  } catch (error) {
+    return timedOut ? retryable("receive timeout") : transportOutcome(error)
+  } finally {
+    clearTimeout(timer)
+    interrupted.removeEventListener("abort", onInterrupt)
+  }
+}
+
 /**
  * Sends deliveries to webhook channels (server-apis.md "Outbound webhook channel deliveries"): signed,
  * no redirects, bounded in time and response size, and every request checked by the address guard
@@ -113,68 +162,48 @@ export class WebhookSender extends Effect.Service<WebhookSender>()("parley/Webho
       return agent
     }
 
-    const send = (delivery: WebhookDelivery): Effect.Effect<DeliveryOutcome> =>
-      Effect.gen(function*() {
-        const { config } = delivery
-        const method = typeof config["method"] === "string" ? config["method"].toUpperCase() : "POST"
-        if (!METHODS.includes(method)) return permanent(`invalid method ${method.slice(0, 16)}`)
-        const url = config["url"]
-        if (typeof url !== "string") return permanent("invalid url")
-        if (Option.isNone(delivery.secret)) return permanent("no signing secret: rotate the channel secret")
-        const secret = delivery.secret.value
-
-        const checked = yield* Effect.either(guard.check(url))
-        if (Either.isLeft(checked)) return permanent(`address guard: url ${checked.left.reason}`)
-        const address = checked.right.addresses[0]
-        if (address === undefined) return retryable("host did not resolve")
-
-        const connectTimeoutMs = positiveInt(config["connect_timeout"], DEFAULT_CONNECT_TIMEOUT_MS, MAX_CONNECT_TIMEOUT_MS)
-        const receiveTimeoutMs = positiveInt(config["receive_timeout"], delivery.retryPolicy.timeout_ms, MAX_RECEIVE_TIMEOUT_MS)
-        const maxResponseBytes = positiveInt(config["max_response_bytes"], DEFAULT_MAX_RESPONSE_BYTES, MAX_RESPONSE_BYTES)
-
-        const body = Buffer.from(JSON.stringify(delivery.payload))
-        const now = yield* Clock.currentTimeMillis
-        const headers: Record<string, string> = {}
-        const extra = config["headers"]
-        if (typeof extra === "object" && extra !== null && !Array.isArray(extra)) {
-          for (const [name, value] of Object.entries(extra)) {
-            if (typeof value === "string" && HEADER_VALUE.test(value) && !isReservedHeader(name)) headers[name] = value
+    const send = (delivery: WebhookDelivery): Effect.Effect<DeliveryOutcome> => {
+      const { config } = delivery
+      const method = typeof config["method"] === "string" ? config["method"].toUpperCase() : "POST"
+      if (!METHODS.includes(method)) return Effect.succeed(permanent(`invalid method ${method.slice(0, 16)}`))
+      const url = config["url"]
+      if (typeof url !== "string") return Effect.succeed(permanent("invalid url"))
+      if (Option.isNone(delivery.secret)) return Effect.succeed(permanent("no signing secret: rotate the channel secret"))
+      const secret = delivery.secret.value
+      return Effect.matchEffect(guard.check(url), {
+        onFailure: (rejected) => Effect.succeed(permanent(`address guard: url ${rejected.reason}`)),
+        onSuccess: (checked) => {
+          const address = checked.addresses[0]
+          if (address === undefined) return Effect.succeed(retryable("host did not resolve"))
+          const connectTimeoutMs = positiveInt(config["connect_timeout"], DEFAULT_CONNECT_TIMEOUT_MS, MAX_CONNECT_TIMEOUT_MS)
+          const receiveTimeoutMs = positiveInt(config["receive_timeout"], delivery.retryPolicy.timeout_ms, MAX_RECEIVE_TIMEOUT_MS)
+          const body = Buffer.from(JSON.stringify(delivery.payload))
+          const headers: Record<string, string> = {}
+          const extra = config["headers"]
+          if (typeof extra === "object" && extra !== null && !Array.isArray(extra)) {
+            for (const [name, value] of Object.entries(extra)) {
+              if (typeof value === "string" && HEADER_VALUE.test(value) && !isReservedHeader(name)) headers[name] = value
+            }
           }
+          headers["content-type"] = "application/json"
+          headers["x-chat-event"] = "activity.created"
+          headers["x-chat-delivery-id"] = delivery.deliveryId
+          headers["x-chat-signature"] = signatureHeader(Redacted.value(secret), body, Date.now() / 1000)
+          const request: Exchange = {
+            url: checked.url,
+            dispatcher: agentFor(address, connectTimeoutMs),
+            method,
+            headers,
+            body,
+            receiveTimeoutMs,
+            maxResponseBytes: positiveInt(config["max_response_bytes"], DEFAULT_MAX_RESPONSE_BYTES, MAX_RESPONSE_BYTES),
+            boundMs: connectTimeoutMs + receiveTimeoutMs
+          }
+          // `signal` aborts the request when the caller (the loop's own time bound) interrupts it.
+          return Effect.promise((signal) => exchange(request, signal))
         }
-        headers["content-type"] = "application/json"
-        headers["x-chat-event"] = "activity.created"
-        headers["x-chat-delivery-id"] = delivery.deliveryId
-        headers["x-chat-signature"] = signatureHeader(Redacted.value(secret), body, now / 1000)
-
-        const agent = agentFor(address, connectTimeoutMs)
-        const exchange = Effect.tryPromise({
-          try: async (signal): Promise<ReceivedResponse> => {
-            // undici's request() follows no redirects: a 3xx comes back as it is.
-            const response = await request(checked.right.url, {
-              dispatcher: agent,
-              method,
-              headers,
-              body,
-              signal,
-              headersTimeout: receiveTimeoutMs,
-              bodyTimeout: receiveTimeoutMs
-            })
-            const read = await readBounded(response.body, maxResponseBytes)
-            return { status: response.statusCode, headers: response.headers, ...read }
-          },
-          catch: transportOutcome
-        })
-        // The whole exchange, a slowly dripping body included, ends within both timeouts.
-        const response = yield* exchange.pipe(
-          Effect.timeoutFail({
-            duration: Duration.millis(connectTimeoutMs + receiveTimeoutMs),
-            onTimeout: () => retryable("receive timeout")
-          }),
-          Effect.either
-        )
-        if (Either.isLeft(response)) return response.left
-        return classifyResponse(response.right, yield* Clock.currentTimeMillis)
       })
+    }
 
     return { send } as const
   }),
