@@ -24,16 +24,22 @@ const signatureValid = (header: string, body: Buffer, secret: string) => {
   return sent.length === expected.length && timingSafeEqual(sent, expected)
 }
 
+/** A tenant with a webhook channel to the receiver (retried every 100 ms) and a conversation on it. */
+const hookedChannel = Effect.gen(function*() {
+  const hook = yield* receiver
+  const tenant = yield* createTenant()
+  const channel = yield* createChannel(tenant.api_key, {
+    config: { url: hook.url },
+    retry_policy: { max_attempts: 5, backoff: "fixed", base_ms: 100, max_ms: 100, timeout_ms: 5000 }
+  })
+  const conversationId = yield* insertConversation(tenant.id, channel.id)
+  return { channel, conversationId, hook, tenant }
+})
+
 layer(TestNodeLive({ DELIVERY_SWEEP_MS: "500" }), { excludeTestServices: true })("webhook delivery end to end", (it) => {
   it.scoped("an append reaches the channel's webhook signed; a 500 is retried with the same delivery id, then recorded sent", () =>
     Effect.gen(function*() {
-      const hook = yield* receiver
-      const tenant = yield* createTenant()
-      const channel = yield* createChannel(tenant.api_key, {
-        config: { url: hook.url },
-        retry_policy: { max_attempts: 5, backoff: "fixed", base_ms: 100, max_ms: 100, timeout_ms: 5000 }
-      })
-      const conversationId = yield* insertConversation(tenant.id, channel.id)
+      const { channel, conversationId, hook, tenant } = yield* hookedChannel
       const reply = yield* tenantApi(tenant.api_key, "POST", `/conversations/${conversationId}/activities`, { text: "to the hook" })
       expect(reply.status).toBe(201)
       const activityId = reply.body.data.id as string
@@ -66,15 +72,10 @@ layer(TestNodeLive({ DELIVERY_SWEEP_MS: "500" }), { excludeTestServices: true })
       expect(metrics).toMatch(/parley_delivery_latency_seconds_count\{channel_type="webhook"\} [1-9]/)
       expect(metrics).toContain(`parley_delivery_breaker_state{channel_id="${channel.id}"} 0`)
     }), { timeout: 90_000 })
+
   it.scoped("after a rotation the channel's next delivery is signed with the new secret", () =>
     Effect.gen(function*() {
-      const hook = yield* receiver
-      const tenant = yield* createTenant()
-      const channel = yield* createChannel(tenant.api_key, {
-        config: { url: hook.url },
-        retry_policy: { max_attempts: 5, backoff: "fixed", base_ms: 100, max_ms: 100, timeout_ms: 5000 }
-      })
-      const conversationId = yield* insertConversation(tenant.id, channel.id)
+      const { channel, conversationId, hook, tenant } = yield* hookedChannel
       const deliver = (text: string) =>
         Effect.gen(function*() {
           const reply = yield* tenantApi(tenant.api_key, "POST", `/conversations/${conversationId}/activities`, { text })
