@@ -193,6 +193,36 @@ layer(TestNodeLive(), { excludeTestServices: true, timeout: "120 seconds" })("te
         yield* createRule(tenant.api_key, { ...ok, name: "edge", priority: -1_000_000 })
       }))
 
+    sqlIt("a wrong JSON type is 422 on its field, on create and on update; only a missing wrapper is 400", () =>
+      Effect.gen(function*() {
+        const { a, source, tenant } = yield* setup
+        const ok = { name: "n", source_channel_id: source.id, target_channel_ids: [a.id] }
+        const wrong: ReadonlyArray<[string, unknown, RegExp]> = [
+          ["name", 7, /must be a string/],
+          ["name", null, /must be a string/],
+          ["source_channel_id", 7, /must be a UUID/],
+          ["target_channel_ids", a.id, /must be an array of UUIDs/],
+          ["target_channel_ids", [7], /must be an array of UUIDs/],
+          ["enabled", "yes", /must be a boolean/],
+          ["stop_processing", 1, /must be a boolean/],
+          ["priority", "5", /must be an integer/],
+          ["transformations", { type: "prefix_text" }, /must be an array/],
+          ["transformations", ["prefix_text"], /^transformations\[0\]: must be an object/]
+        ]
+        for (const [field, value, message] of wrong) {
+          expect(yield* invalid(tenant, { ...ok, [field]: value }), field).toEqual({ [field]: [expect.stringMatching(message)] })
+        }
+        const rule = yield* createRule(tenant.api_key, ok)
+        for (const [field, value, message] of wrong) {
+          const reply = yield* rules(tenant.api_key, "PATCH", `/${rule.id}`, { routing_rule: { [field]: value } })
+          expect(reply.status, field).toBe(422)
+          expect(reply.body.error.details).toEqual({ [field]: [expect.stringMatching(message)] })
+        }
+        expect((yield* rules(tenant.api_key, "GET", `/${rule.id}`)).body.data).toEqual(rule)
+        expect((yield* rules(tenant.api_key, "POST", "", ok)).status).toBe(400)
+        expect((yield* rules(tenant.api_key, "PATCH", `/${rule.id}`, { routing_rule: "x" })).status).toBe(400)
+      }))
+
     sqlIt("enabled rules form no cycle; a disabled one may, until it is enabled", () =>
       Effect.gen(function*() {
         const { b, source, tenant } = yield* setup

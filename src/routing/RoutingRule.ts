@@ -26,19 +26,22 @@ export const RoutingRule = Schema.Struct({
 }).annotations({ identifier: "RoutingRule" })
 export type RoutingRule = typeof RoutingRule.Type
 
+/** A field taken as any JSON so `checkRuleFields` reports a wrong type as 422; the document still shows the type. */
+const sent = (jsonSchema: object) => Schema.optional(Schema.Unknown.annotations({ jsonSchema }))
+
 /**
- * What a client may send inside `{routing_rule: …}`. JSON types are checked here (400); values,
- * ranges and references by `validateRule` and the service (422 per field). Unknown fields are dropped.
+ * What a client may send inside `{routing_rule: …}`: only the wrapper is checked here (400); types,
+ * values, ranges and references by `checkRuleFields` and the service (422 per field). Unknown fields are dropped.
  */
 export const RoutingRuleInput = Schema.Struct({
-  name: Schema.optional(Schema.String),
-  source_channel_id: Schema.optional(Schema.String),
-  target_channel_ids: Schema.optional(Schema.Array(Schema.String)),
-  enabled: Schema.optional(Schema.Boolean),
+  name: sent({ type: "string" }),
+  source_channel_id: sent({ type: "string", format: "uuid" }),
+  target_channel_ids: sent({ type: "array", items: { type: "string", format: "uuid" } }),
+  enabled: sent({ type: "boolean" }),
   conditions: Schema.optional(Schema.Unknown),
-  transformations: Schema.optional(Schema.Array(Transformation)),
-  priority: Schema.optional(Schema.Number),
-  stop_processing: Schema.optional(Schema.Boolean)
+  transformations: sent({ type: "array", items: { type: "object", required: ["type"], properties: { type: { type: "string" } } } }),
+  priority: sent({ type: "integer" }),
+  stop_processing: sent({ type: "boolean" })
 })
 export type RoutingRuleInput = typeof RoutingRuleInput.Type
 

@@ -13,29 +13,43 @@ import { validateTransformations } from "./TransformationValidation.js"
 const under = (problems: Problems, field: string): Report => (path, message) =>
   problems.add(field, path === "" || path === field ? message : `${path.startsWith("[") ? field + path : path}: ${message}`)
 
+/** A boolean field: the sent value, else the base's, else `fallback`; a non-boolean is reported. */
+const booleanField = (problems: Problems, field: string, value: unknown, base: boolean | undefined, fallback: boolean) => {
+  if (value === undefined) return base ?? fallback
+  if (typeof value === "boolean") return value
+  problems.add(field, "must be a boolean")
+  return fallback
+}
+
 /**
  * Checks what needs no database (server-apis.md "Routing rules"): sent fields merged over `base`
- * (the stored rule, or the defaults when creating). Every problem lands in `problems`; the returned
- * fields are meaningful only when there is none.
+ * (the stored rule, or the defaults when creating), JSON types included, so a wrong type is a 422 on
+ * its field like any other problem. Every problem lands in `problems`; the returned fields are
+ * meaningful only when there is none.
  */
 export const checkRuleFields = (input: RoutingRuleInput, base: Partial<RuleFields>, problems: Problems): RuleFields => {
   const creating = base.name === undefined
   let name = base.name ?? ""
-  if (input.name !== undefined || creating) name = problems.requiredName("name", input.name) ?? name
+  if (input.name !== undefined || creating) {
+    if (input.name !== undefined && typeof input.name !== "string") problems.add("name", "must be a string")
+    else name = problems.requiredName("name", input.name) ?? name
+  }
   let source = base.source_channel_id ?? ""
   if (input.source_channel_id !== undefined || creating) {
-    if (input.source_channel_id === undefined || input.source_channel_id === "") problems.add("source_channel_id", "is required")
-    else if (!isUuid(input.source_channel_id)) problems.add("source_channel_id", "must be a UUID")
-    else source = input.source_channel_id.toLowerCase()
+    const sent = input.source_channel_id
+    if (sent === undefined || sent === "") problems.add("source_channel_id", "is required")
+    else if (typeof sent !== "string" || !isUuid(sent)) problems.add("source_channel_id", "must be a UUID")
+    else source = sent.toLowerCase()
   }
   let targets = base.target_channel_ids ?? []
   if (input.target_channel_ids !== undefined || creating) {
     const sent = input.target_channel_ids
     if (sent === undefined) problems.add("target_channel_ids", "is required")
-    else if (sent.length < RULE_BOUNDS.minTargets || sent.length > RULE_BOUNDS.maxTargets) {
+    else if (!Array.isArray(sent) || !sent.every((id): id is string => typeof id === "string" && isUuid(id))) {
+      problems.add("target_channel_ids", "must be an array of UUIDs")
+    } else if (sent.length < RULE_BOUNDS.minTargets || sent.length > RULE_BOUNDS.maxTargets) {
       problems.add("target_channel_ids", `must have ${RULE_BOUNDS.minTargets} to ${RULE_BOUNDS.maxTargets} channels`)
-    } else if (!sent.every(isUuid)) problems.add("target_channel_ids", "must all be UUIDs")
-    else {
+    } else {
       targets = sent.map((id) => id.toLowerCase())
       if (new Set(targets).size !== targets.length) problems.add("target_channel_ids", "must not name a channel twice")
     }
@@ -44,7 +58,7 @@ export const checkRuleFields = (input: RoutingRuleInput, base: Partial<RuleField
   let priority = base.priority ?? 100
   if (input.priority !== undefined) {
     const p = input.priority
-    if (!Number.isInteger(p) || p < RULE_BOUNDS.minPriority || p > RULE_BOUNDS.maxPriority) {
+    if (typeof p !== "number" || !Number.isInteger(p) || p < RULE_BOUNDS.minPriority || p > RULE_BOUNDS.maxPriority) {
       problems.add("priority", `must be an integer from ${RULE_BOUNDS.minPriority} to ${RULE_BOUNDS.maxPriority}`)
     } else priority = p
   }
@@ -56,18 +70,21 @@ export const checkRuleFields = (input: RoutingRuleInput, base: Partial<RuleField
   let transformations: ReadonlyArray<Transformation> = base.transformations ?? []
   if (input.transformations !== undefined) {
     const report = under(problems, "transformations")
-    if (input.transformations.length > MAX_TRANSFORMATIONS) report("", `must have at most ${MAX_TRANSFORMATIONS} items`)
-    transformations = validateTransformations(input.transformations, report)
+    if (!Array.isArray(input.transformations)) report("", "must be an array")
+    else {
+      if (input.transformations.length > MAX_TRANSFORMATIONS) report("", `must have at most ${MAX_TRANSFORMATIONS} items`)
+      transformations = validateTransformations(input.transformations, report)
+    }
   }
   return {
     name,
     source_channel_id: source,
     target_channel_ids: targets,
-    enabled: input.enabled ?? base.enabled ?? true,
+    enabled: booleanField(problems, "enabled", input.enabled, base.enabled, true),
     conditions,
     transformations,
     priority,
-    stop_processing: input.stop_processing ?? base.stop_processing ?? false
+    stop_processing: booleanField(problems, "stop_processing", input.stop_processing, base.stop_processing, false)
   }
 }
 

@@ -1,6 +1,6 @@
 import { Either, Option, Schema } from "effect"
 import { Limits } from "../conversations/ActivityRules.js"
-import { type Transformation, TransformationType } from "../domain/Channel.js"
+import { Transformation, TransformationType } from "../domain/Channel.js"
 import type { Report } from "../domain/Problems.js"
 import { compilePattern } from "./RegexScreen.js"
 
@@ -8,6 +8,8 @@ import { compilePattern } from "./RegexScreen.js"
 type Check = (value: unknown) => string | undefined
 
 const isTransformationType = Schema.is(TransformationType)
+// Channel bodies arrive decoded as `Transformation`; rule bodies arrive as any JSON.
+const isStep = Schema.is(Transformation)
 
 const anyJson: Check = () => undefined
 
@@ -33,10 +35,14 @@ const PARAMETERS: { readonly [T in TransformationType]: Readonly<Record<string, 
 }
 
 /**
- * Checks one step's `type` (CONTRACT.md §8) and then its parameters; returns the step as stored, with
- * its known parameters only.
+ * Checks that a step is an object with a string `type`, then its `type` (CONTRACT.md §8) and then
+ * its parameters; returns the step as stored, with its known parameters only.
  */
-const validateTransformation = (step: Transformation, report: Report): Transformation => {
+const validateTransformation = (step: unknown, report: Report): Transformation => {
+  if (!isStep(step)) {
+    report("", "must be an object with a string type")
+    return { type: "" }
+  }
   if (step.type.trim() === "") {
     report("type", "must not be empty")
     return step
@@ -58,7 +64,7 @@ const validateTransformation = (step: Transformation, report: Report): Transform
 
 /** `validateTransformation` on every step of a chain, reporting under `[i].type`, `[i].max_bytes`, … */
 export const validateTransformations = (
-  steps: ReadonlyArray<Transformation>,
+  steps: ReadonlyArray<unknown>,
   report: Report
 ): Array<Transformation> =>
   steps.map((step, i) =>
