@@ -161,6 +161,47 @@ layer(TestNodeLive(), { excludeTestServices: true, timeout: "120 seconds" })("te
       }))
   })
 
+  describe("a deleted channel", () => {
+    sqlIt("leaves no rule naming it: its source and only-target rules deleted, others narrowed, all audited, in its transaction", () =>
+      Effect.gen(function*() {
+        const { a, b, source, tenant } = yield* setup
+        const c = yield* createChannel(tenant.api_key, { mode: "outbound" })
+        const fromB = yield* createRule(tenant.api_key, { source_channel_id: b.id, target_channel_ids: [c.id] })
+        const onlyB = yield* createRule(tenant.api_key, { source_channel_id: source.id, target_channel_ids: [b.id] })
+        const bAndA = yield* createRule(tenant.api_key, { source_channel_id: source.id, target_channel_ids: [b.id, a.id] })
+        const untouched = yield* createRule(tenant.api_key, { source_channel_id: source.id, target_channel_ids: [c.id] })
+        // A refused delete changes no rule: the rules are changed in the channel deletion's transaction.
+        const stale = { "x-api-key": tenant.api_key, "if-match": "\"stale\"" }
+        expect((yield* request("DELETE", `/api/v1/manage/channels/${b.id}`, { headers: stale })).status).toBe(412)
+        expect((yield* rules(tenant.api_key, "GET", `/${bAndA.id}`)).body.data).toEqual(bAndA)
+        expect(yield* manage(tenant.api_key, "DELETE", `/channels/${b.id}`)).toMatchObject({ status: 204 })
+        const listed = (yield* rules(tenant.api_key, "GET")).body.data as Array<Record<string, any>>
+        expect(listed.map((rule) => [rule.id, rule.target_channel_ids]).sort()).toEqual(
+          [[bAndA.id, [a.id]], [untouched.id, [c.id]]].sort()
+        )
+        expect(listed.find((rule) => rule.id === untouched.id)).toEqual(untouched)
+        const audits = yield* query<{ resource_id: string; action: string; actor_id: string; changes: unknown }>(
+          `SELECT resource_id, action, actor_id, changes FROM audit_log
+           WHERE tenant_id = $1 AND resource_type = 'routing_rule' AND action <> 'routing_rule.created' ORDER BY action, resource_id`,
+          [tenant.id]
+        )
+        expect(audits).toEqual([
+          ...[fromB, onlyB].sort((x, y) => x.id.localeCompare(y.id)).map((rule) => ({
+            resource_id: rule.id,
+            action: "routing_rule.deleted",
+            actor_id: tenant.id,
+            changes: { name: rule.name }
+          })),
+          { resource_id: bAndA.id, action: "routing_rule.updated", actor_id: tenant.id, changes: { target_channel_ids: [a.id] } }
+        ])
+        // The narrowed rule still routes, to its remaining target.
+        const planned = yield* rules(tenant.api_key, "POST", "/dry_run", { source_channel_id: source.id, activity: { text: "hi" } })
+        expect(planned.body.data.rules.find((rule: Record<string, any>) => rule.id === bAndA.id).targets).toEqual([
+          { channel_id: a.id, result: expect.any(String) }
+        ])
+      }))
+  })
+
   describe("validation (422 validation_failed, keyed by field)", () => {
     sqlIt("every row of server-apis.md", () =>
       Effect.gen(function*() {

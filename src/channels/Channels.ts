@@ -23,6 +23,7 @@ import { checkIfMatch, etagOf } from "../domain/Version.js"
 import { ChannelSecrets } from "./ChannelSecrets.js"
 import { type ChannelBase, type ChannelPatch, validateChannel } from "./ChannelValidation.js"
 import { sameJson } from "../domain/SameJson.js"
+import { RoutingRules } from "../routing/RoutingRules.js"
 
 const CHANNEL_COLUMNS = "id, tenant_id, name, type, mode, status, require_signature, config, transformations, " +
   "retry_policy, rate_limit, circuit_state, inserted_at, updated_at"
@@ -84,6 +85,7 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
     const parents = yield* ParentRows
     const secrets = yield* ChannelSecrets
     const loops = yield* ChannelDeliveries
+    const rules = yield* RoutingRules
 
     const findChannel = SqlSchema.findOne({
       Request: Schema.Struct({ tenantId: TenantId, id: ChannelId, lock: Schema.Boolean }),
@@ -199,11 +201,13 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
       )
 
     /**
-     * Deletes the channel with its conversations and keys (foreign keys cascade); the conversations'
-     * activities and deliveries are purged in the background (ConversationPurge).
+     * Deletes the channel with its conversations and keys (foreign keys cascade) and takes it out of
+     * the tenant's routing rules (`RoutingRules.dropChannel`); the conversations' activities and
+     * deliveries are purged in the background (ConversationPurge).
      */
     const remove = (tenantId: TenantId, id: ChannelId, ifMatch: Option.Option<string>, actor: Actor) =>
       Effect.gen(function*() {
+        yield* rules.dropChannel(tenantId, id, actor)
         const current = yield* load(tenantId, id, true)
         yield* checkIfMatch(ifMatch, versionOf(current))
         yield* sql`DELETE FROM channels WHERE id = ${id}`
@@ -214,7 +218,7 @@ export class Channels extends Effect.Service<Channels>()("parley/Channels", {
           resourceId: id,
           changes: { name: current.name, type: current.type }
         })
-      }).pipe(inTransaction(sql), orUnavailable)
+      }).pipe(inTransaction(sql), Effect.tap(() => rules.forget(tenantId)), orUnavailable)
 
     /** A new secret, returned once; the old one stops working when this commits. */
     const rotateSecret = (tenantId: TenantId, id: ChannelId, actor: Actor) =>

@@ -30,6 +30,19 @@ export class AuditLog extends Effect.Service<AuditLog>()("parley/AuditLog", {
                ${entry.resourceType}, resource_id, ${changesOf(entry)}::jsonb
         FROM UNNEST(${resourceIds}::text[]) AS resource_id
       `.pipe(Effect.asVoid)
-    return { record, recordEach } as const
+    /** One row per resource, each with its own changes, in one statement whatever their number. */
+    const recordRows = (
+      actor: Actor,
+      entry: Omit<AuditEntry, "resourceId" | "changes">,
+      rows: ReadonlyArray<{ readonly resourceId: string; readonly changes: unknown }>
+    ) =>
+      sql`
+        INSERT INTO audit_log (id, tenant_id, actor_type, actor_id, action, resource_type, resource_id, changes)
+        SELECT gen_random_uuid(), ${entry.tenantId}::uuid, ${actor.type}, ${actor.id}, ${entry.action},
+               ${entry.resourceType}, resource_id, changes::jsonb
+        FROM UNNEST(${rows.map((row) => row.resourceId)}::text[], ${rows.map((row) => JSON.stringify(row.changes))}::text[])
+          AS row(resource_id, changes)
+      `.pipe(Effect.asVoid)
+    return { record, recordEach, recordRows } as const
   })
 }) {}

@@ -1,5 +1,6 @@
 import { SqlClient } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
+import type { Actor } from "../auth/Actor.js"
 import type { TenantCredential } from "../auth/TenantCredential.js"
 import { AuditLog } from "../db/AuditLog.js"
 import { orUnavailable } from "../db/SqlFailure.js"
@@ -243,6 +244,7 @@ export class RoutingRules extends Effect.Service<RoutingRules>()("parley/Routing
       stop_processing: fields.stop_processing
     })
 
+    /** Drops the tenant's cached routing, so this node's next plan reads what it has just written. */
     const forget = (tenantId: string) => Effect.sync(() => cache.delete(tenantId))
 
     const create = (credential: TenantCredential, input: RoutingRuleInput) =>
@@ -313,10 +315,43 @@ export class RoutingRules extends Effect.Service<RoutingRules>()("parley/Routing
         yield* forget(credential.tenantId)
       }).pipe(orUnavailable)
 
+    /**
+     * Takes a channel about to be deleted out of the tenant's rules, inside the caller's transaction and
+     * before it locks the channel row (the order rule writes take their locks in): rules whose source
+     * it is, or whose only target it is, are deleted; the others lose it from `target_channel_ids`.
+     * Audited as rule changes by the channel deletion's actor. Call `forget` after the commit.
+     */
+    const dropChannel = (tenantId: TenantId, channelId: string, actor: Actor) =>
+      Effect.gen(function*() {
+        yield* lockTenantRules(tenantId)
+        const deleted = yield* sql<{ id: string; name: string }>`
+          DELETE FROM routing_rules
+          WHERE tenant_id = ${tenantId}
+            AND (source_channel_id = ${channelId} OR target_channel_ids <@ ARRAY[${channelId}]::uuid[])
+          RETURNING id::text, name`
+        const narrowed = yield* sql<{ id: string; targets: Array<string> }>`
+          UPDATE routing_rules SET target_channel_ids = array_remove(target_channel_ids, ${channelId}::uuid), updated_at = now()
+          WHERE tenant_id = ${tenantId} AND ${channelId}::uuid = ANY(target_channel_ids)
+          RETURNING id::text, target_channel_ids::text[] AS targets`
+        const entry = { tenantId, resourceType: "routing_rule" }
+        if (deleted.length > 0) {
+          yield* audit.recordRows(actor, { ...entry, action: "routing_rule.deleted" }, deleted.map((rule) => ({
+            resourceId: rule.id,
+            changes: { name: rule.name }
+          })))
+        }
+        if (narrowed.length > 0) {
+          yield* audit.recordRows(actor, { ...entry, action: "routing_rule.updated" }, narrowed.map((rule) => ({
+            resourceId: rule.id,
+            changes: { target_channel_ids: rule.targets }
+          })))
+        }
+      })
+
     /** Whether the tenant is cached on this node now (tests of the refresh). */
     const isCached = (tenantId: string) => Effect.sync(() => cache.has(tenantId))
 
-    return { list, get, create, update, remove, plan, planner, isCached } as const
+    return { list, get, create, update, remove, plan, planner, dropChannel, forget, isCached } as const
   }),
   dependencies: [AuditLog.Default]
 }) {}
