@@ -16,6 +16,7 @@ import { ConversationCores } from "./conversations/ConversationCores.js"
 import { ConversationPurge, ConversationPurgeLive } from "./conversations/ConversationPurge.js"
 import { ConversationStateRepo } from "./conversations/ConversationState.js"
 import { Conversations } from "./conversations/Conversations.js"
+import { AddressGuard } from "./delivery/AddressGuard.js"
 import { DeliveryCountsLive } from "./delivery/DeliveryCounts.js"
 import { DeliveryMetrics } from "./delivery/DeliveryMetrics.js"
 import { DeliverySendersLive } from "./delivery/DeliverySenders.js"
@@ -96,7 +97,9 @@ export const NodeLive = HttpLive.pipe(
       ConversationOwnersLive,
       ChannelDeliveriesLive,
       // Appends plan from its cache; the routes use the same instance.
-      RoutingRules.Default
+      RoutingRules.Default,
+      // One guard for the senders' sends and the routes' config checks.
+      AddressGuard.Default
     )
   ),
   // Built before the writer and released after it.

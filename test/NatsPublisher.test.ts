@@ -21,7 +21,7 @@ const FixedResolver = Layer.succeed(
 )
 
 const publisherWith = (allowed: string) =>
-  NatsPublisher.DefaultWithoutDependencies.pipe(
+  NatsPublisher.Default.pipe(
     Layer.provide(AddressGuard.DefaultWithoutDependencies),
     Layer.provide([
       AppConfig.Default.pipe(

@@ -120,7 +120,7 @@ const resolverWith = (lookups: Array<string>) =>
 
 /** The sender under `WEBHOOK_ALLOWED_HOSTS=allowed`; `lookups` records every name the resolver is asked. */
 const senderWith = (allowed: string, lookups: Array<string> = []) =>
-  WebhookSender.DefaultWithoutDependencies.pipe(
+  WebhookSender.Default.pipe(
     Layer.provide(AddressGuard.DefaultWithoutDependencies),
     Layer.provide([
       AppConfig.Default.pipe(

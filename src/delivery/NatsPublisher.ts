@@ -43,6 +43,7 @@ const failureText = (error: unknown) => {
  * by the latter). A publish counts once the server has it (a flush round trip). The server passes
  * the address guard like a webhook before a connection is opened, and a `nats://` connection is
  * made to the checked address. Never fails: every ending is a `DeliveryOutcome`.
+ * The AddressGuard comes from the node (NodeLive), which builds one for every user.
  */
 export class NatsPublisher extends Effect.Service<NatsPublisher>()("parley/NatsPublisher", {
   scoped: Effect.gen(function*() {
@@ -161,6 +162,5 @@ export class NatsPublisher extends Effect.Service<NatsPublisher>()("parley/NatsP
       }).pipe(Effect.merge)
 
     return { publish } as const
-  }),
-  dependencies: [AddressGuard.Default]
+  })
 }) {}

@@ -133,6 +133,7 @@ const exchange = async (request: Exchange, interrupted: AbortSignal): Promise<De
  * no redirects, bounded in time and response size, and every request checked by the address guard
  * and pinned to the address it checked, so DNS rebinding cannot move it. Never fails: every ending
  * is a `DeliveryOutcome`.
+ * The AddressGuard comes from the node (NodeLive), which builds one for every user.
  */
 export class WebhookSender extends Effect.Service<WebhookSender>()("parley/WebhookSender", {
   scoped: Effect.gen(function*() {
@@ -206,6 +207,5 @@ export class WebhookSender extends Effect.Service<WebhookSender>()("parley/Webho
     }
 
     return { send } as const
-  }),
-  dependencies: [AddressGuard.Default]
+  })
 }) {}

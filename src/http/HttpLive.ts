@@ -9,7 +9,6 @@ import { ClientTokens } from "../auth/ClientTokens.js"
 import { TokenRevocations } from "../auth/TokenRevocations.js"
 import { TokenSigner } from "../auth/TokenSigner.js"
 import { Conversations } from "../conversations/Conversations.js"
-import { AddressGuard } from "../delivery/AddressGuard.js"
 import { ChannelDelivery } from "../delivery/ChannelDelivery.js"
 import { Deliveries } from "../delivery/Deliveries.js"
 import { Outbox } from "../delivery/Outbox.js"
@@ -124,9 +123,7 @@ const RouteServices = ClientTokens.Default.pipe(Layer.provideMerge(Layer.mergeAl
   Deliveries.Default,
   ChannelDelivery.Default,
   Outbox.Default
-))).pipe(
-  Layer.provideMerge(AddressGuard.Default)
-)
+)))
 
 /** The live connections and the socket endpoints, over the route services. */
 const RealtimeServices = SocketEndpoints.Default.pipe(
