@@ -14,9 +14,9 @@
  * 1. floor: Parley stopped, a bare loop in this process works the `floor` channels' backlog: per
  *    channel, claim `DELIVERY_BATCH_SIZE` due rows (the loop's `UPDATE … RETURNING` with
  *    `FOR UPDATE SKIP LOCKED`), sign and POST them `DELIVERY_CONCURRENCY` at once with an undici
- *    `Agent` set up as WebhookSender's (connect timeout, lookup pinned to 127.0.0.1), mark each sent
- *    with one `UPDATE`; a `pg` pool of 10, as Parley's.
- * 2. saturation: Parley started again, its channels resumed and each woken by one more append; it
+ *    `Agent` set up as WebhookSender's (connect timeout, lookup pinned to 127.0.0.1), mark the batch's
+ *    answered ones sent with one `UPDATE`; a `pg` pool of 10, as Parley's.
+ * 2. saturation: Parley started again, its channels resumed (a resume wakes the channel's loop); it
  *    works the backlog through its channel entities.
  *    Both: deliveries/s from the first to the last receipt of the backlog's delivery ids, and every id
  *    checked to have arrived (at least once).
@@ -369,15 +369,15 @@ const CLAIM = `
   FROM due WHERE d.id = due.id
   RETURNING d.id, d.payload`
 
-/** The outcome DeliveryLoop records for a 2xx. */
+/** The outcome DeliveryLoop records for a 2xx, for a batch's answered rows at once (as the loop does). */
 const MARK_SENT = `
   UPDATE deliveries SET status = 'sent', sent_at = now(), attempts = attempts + 1, last_error = NULL,
     next_attempt_at = NULL, updated_at = now()
-  WHERE id = $1 AND status = 'pending'`
+  WHERE id = ANY($1::uuid[]) AND status = 'pending'`
 
 /**
  * The floor: per channel, claim a batch, POST it `CONCURRENCY` at once (each signed, through an undici
- * Agent set up as WebhookSender's), mark each sent; until nothing is due. No channel read, no breaker,
+ * Agent set up as WebhookSender's), mark the batch's answered ones sent in one statement; until nothing is due. No channel read, no breaker,
  * no address check, the secret held in memory. Returns the deliveries not answered 2xx.
  */
 const runFloor = async (dbUrl: string, channels: ReadonlyArray<BenchChannel>) => {
@@ -385,7 +385,7 @@ const runFloor = async (dbUrl: string, channels: ReadonlyArray<BenchChannel>) =>
   const agent = new Agent({ connect: { timeout: CONNECT_TIMEOUT_MS, lookup: pinnedLookup("127.0.0.1") } })
   const leaseS = (RECEIVE_TIMEOUT_MS * Math.ceil(BATCH_SIZE / CONCURRENCY) + 30_000) / 1000
   let failed = 0
-  const send = async (channel: BenchChannel, row: { id: string; payload: unknown }) => {
+  const send = async (channel: BenchChannel, row: { id: string; payload: unknown }, sent: Array<string>) => {
     const body = Buffer.from(JSON.stringify(row.payload))
     try {
       const response = await request(channel.url, {
@@ -403,7 +403,7 @@ const runFloor = async (dbUrl: string, channels: ReadonlyArray<BenchChannel>) =>
       })
       await response.body.dump()
       if (response.statusCode < 200 || response.statusCode > 299) failed += 1
-      else await pool.query(MARK_SENT, [row.id])
+      else sent.push(row.id)
     } catch {
       failed += 1
     }
@@ -413,9 +413,11 @@ const runFloor = async (dbUrl: string, channels: ReadonlyArray<BenchChannel>) =>
       const { rows } = await pool.query<{ id: string; payload: unknown }>(CLAIM, [channel.id, BATCH_SIZE, leaseS])
       if (rows.length === 0) return
       let next = 0
+      const sent: Array<string> = []
       await Promise.all(Array.from({ length: Math.min(CONCURRENCY, rows.length) }, async () => {
-        while (next < rows.length) await send(channel, rows[next++]!)
+        while (next < rows.length) await send(channel, rows[next++]!, sent)
       }))
+      if (sent.length > 0) await pool.query(MARK_SENT, [sent])
     }
   }
   try {
@@ -664,9 +666,7 @@ const main = async () => {
       for (const channel of setup.parley) {
         expectStatus("channel resume", await call(node.port, "POST", `/api/v1/channels/${channel.id}/resume`, key), 200)
       }
-      // A resume wakes no loop (docs/delivery/channel-entity.md): one more append per channel does, after its commit.
-      const wakeErrors = await appendMany(node.port, setup.apiKey, setup.parley.map((c) => c.conversations[0]!), setup.parley.length, setup.parley.length)
-      if (wakeErrors.length > 0) throw new Error(`wake appends: ${wakeErrors[0]}`)
+      // Each resume wakes its channel's loop once committed (docs/delivery/channel-entity.md).
       const pool = new Pg.Pool({ connectionString: db, max: 1 })
       const left = await drained(pendingOf(pool, "channel_id = ANY($1::uuid[])", setup.parley.map((c) => c.id)))
         .finally(() => pool.end())
